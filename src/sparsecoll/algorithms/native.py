@@ -1,0 +1,17 @@
+"""``native``: the MPI library's own neighborhood collectives, the baseline.
+
+Calls go straight to mpi4py's methods on the wrapped communicator. Its ``plan_stats``
+reports the ``direct`` pattern, which is what MPI libraries run (one message per
+edge, one round); ``Neighbor_allgatherw``, absent from MPI, runs as the library's
+``Neighbor_alltoallw`` with every send block at displacement 0.
+"""
+
+from __future__ import annotations
+
+from . import Algorithm, register
+
+ALGORITHM = register(Algorithm(
+    name="native",
+    summary="the MPI library's own Neighbor_* (baseline)",
+    build=None,
+))

@@ -1,0 +1,353 @@
+"""mpi4py buffer specifications, parsed the way mpi4py parses them for neighborhood
+collectives, into absolute block descriptions, with the checks MPI would make and a
+few it cannot (buffer bounds).
+
+Forms accepted (as in mpi4py 4.x):
+
+* simple: ``buf``, ``(buf, count)``, ``(buf, datatype)``, ``(buf, count, datatype)``,
+  ``(buf, (count, displ), datatype)``, ``(buf, count, displ, datatype)``;
+* vector: ``buf``, ``(buf, counts)``, ``(buf, datatype)``, ``(buf, counts, datatype)``,
+  ``(buf, (counts, displs), datatype)``, ``(buf, counts, displs, datatype)``, where a
+  scalar ``counts`` repeats, a scalar ``displs`` is a stride, missing ``displs`` are
+  contiguous and missing ``counts`` split the buffer evenly (remainder to the first);
+* W: ``(buf, datatypes)``, ``(buf, (counts, displs), datatypes)``,
+  ``(buf, counts, displs, datatypes)`` with displacements in bytes.
+
+``buf`` is any object :func:`mpi4py.MPI.buffer` accepts (buffer protocol, DLPack,
+``__cuda_array_interface__``), ``None`` for an empty buffer, or ``MPI.BOTTOM`` with
+absolute displacements. A datatype is an ``MPI.Datatype`` or a typecode string.
+Every error is a ValueError or TypeError naming the argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from numbers import Integral
+
+from mpi4py import MPI
+
+#: Handles of derived datatypes already seen committed (uncommitted use is checked once).
+_COMMITTED: set = set()
+
+
+@dataclass(frozen=True, eq=False)
+class Blocks:
+    """Where the blocks of one buffer argument live.
+
+    Block ``i`` is ``counts[i]`` elements of ``types[i]`` at absolute address
+    ``address + displs[i]`` (``displs`` in bytes). ``owner`` keeps the user's buffer
+    object alive while a schedule refers to it.
+    """
+
+    address: int
+    counts: tuple
+    displs: tuple
+    types: tuple
+    owner: object = None
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def piece(self, i: int) -> tuple:
+        """``(absolute address, count, datatype)`` of block ``i``."""
+        return (self.address + self.displs[i], self.counts[i], self.types[i])
+
+    def key(self) -> tuple:
+        """A hashable description: same key, same memory and layout."""
+        return (self.address, self.counts, self.displs,
+                tuple(datatype_key(t) for t in self.types))
+
+
+def datatype_key(datatype: MPI.Datatype) -> tuple:
+    """Identify a datatype for schedule caching: handle plus its size and extents.
+
+    A handle freed and reused for a type of different layout changes size or extent
+    in all but contrived cases; pass fresh buffers/datatypes or use persistent
+    requests where that matters.
+    """
+    if datatype.is_predefined:
+        return (datatype.handle,)
+    return (datatype.handle, datatype.Get_size(), datatype.Get_extent(), datatype.Get_true_extent())
+
+
+def as_datatype(obj, arg: str) -> MPI.Datatype:
+    """Return a valid, committed MPI datatype for ``obj`` or raise naming ``arg``."""
+    if isinstance(obj, str):
+        try:
+            return MPI.Datatype.fromcode(obj)
+        except (KeyError, ValueError):
+            raise ValueError(f"{arg}: cannot map typecode {obj!r} to an MPI datatype") from None
+    if not isinstance(obj, MPI.Datatype):
+        raise TypeError(f"{arg}: expected an MPI.Datatype or a typecode string, got {type(obj).__name__}")
+    if obj == MPI.DATATYPE_NULL:
+        raise ValueError(f"{arg}: datatype is MPI.DATATYPE_NULL")
+    if not obj.is_predefined and obj.handle not in _COMMITTED:
+        try:
+            obj.Pack(bytearray(0), bytearray(1), 0, MPI.COMM_SELF)
+        except MPI.Exception:
+            raise ValueError(f"{arg}: datatype is not committed (call Commit() first) or invalid") from None
+        _COMMITTED.add(obj.handle)
+    return obj
+
+
+def forget_datatype(datatype: MPI.Datatype) -> None:
+    """Drop a freed datatype handle from the committed-check cache."""
+    _COMMITTED.discard(datatype.handle)
+
+
+def _format_datatype(obj, buf, arg: str) -> MPI.Datatype:
+    """The datatype implied by a buffer's format (mpi4py's rule when none is given)."""
+    fmt = None
+    try:
+        fmt = memoryview(obj).format
+    except TypeError:
+        cai = getattr(obj, "__cuda_array_interface__", None)
+        if cai is not None:
+            import numpy
+            fmt = numpy.dtype(cai["typestr"]).char
+    if fmt is None:
+        raise TypeError(f"{arg}: cannot infer a datatype from {type(obj).__name__}; pass one explicitly")
+    if fmt and fmt[0] in "@=<>!":
+        fmt = fmt[1:]
+    if fmt == "B" and buf.format == "B" and isinstance(obj, (bytes, bytearray)):
+        return MPI.BYTE
+    try:
+        return MPI.Datatype.fromcode(fmt)
+    except (KeyError, ValueError):
+        raise ValueError(f"{arg}: cannot map buffer format {fmt!r} to an MPI datatype") from None
+
+
+def _buffer(obj, readonly: bool, arg: str):
+    """(mpi4py buffer or None, address, nbytes) of a user buffer object."""
+    if obj is None:
+        return None, 0, 0
+    try:
+        buf = MPI.buffer(obj)
+    except (TypeError, BufferError, ValueError) as exc:
+        raise TypeError(f"{arg}: expected a buffer-like object, got {type(obj).__name__} ({exc})") from None
+    if not readonly and buf.readonly:
+        raise TypeError(f"{arg}: buffer is read-only")
+    return buf, buf.address, buf.nbytes
+
+
+def _index(value, arg: str, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{arg}: {what} must be an integer, got {value!r}")
+    value = int(value)
+    if value < 0:
+        raise ValueError(f"{arg}: negative {what} {value}")
+    return value
+
+
+def _int_list(values, n: int, arg: str, what: str) -> tuple:
+    try:
+        values = list(values)
+    except TypeError:
+        raise TypeError(f"{arg}: {what} must be a sequence of integers") from None
+    if len(values) != n:
+        raise ValueError(f"{arg}: expected {n} {what} (one per neighbor), got {len(values)}")
+    return tuple(_index(v, arg, what[:-1] if what.endswith("s") else what) for v in values)
+
+
+def _extent(datatype: MPI.Datatype, arg: str) -> int:
+    lb, extent = datatype.Get_extent()
+    if extent <= 0:
+        raise ValueError(f"{arg}: datatype extent {extent} cannot place consecutive blocks")
+    return extent
+
+
+def _is_datatype(obj) -> bool:
+    return isinstance(obj, (MPI.Datatype, str))
+
+
+def _check_bounds(blocks: Blocks, nbytes: int, arg: str) -> None:
+    """Every block must lie inside the buffer (unless the buffer is MPI.BOTTOM)."""
+    for i, (count, displ, datatype) in enumerate(zip(blocks.counts, blocks.displs, blocks.types)):
+        if count == 0:
+            continue
+        lb, extent = datatype.Get_extent()
+        tlb, textent = datatype.Get_true_extent()
+        first = displ + tlb
+        last = displ + (count - 1) * extent + tlb + textent
+        if (count - 1) * extent < 0:
+            first = min(first, displ + (count - 1) * extent + tlb)
+            last = displ + tlb + textent
+        if first < 0 or last > nbytes:
+            raise ValueError(
+                f"{arg}: block {i} ({count} x datatype of extent {extent} at byte {displ}) "
+                f"needs bytes {first}..{last} but the buffer has {nbytes}")
+
+
+def _split(spec, arg: str, pair_types: tuple):
+    """(buf, count, displ, datatype) of a 1-4 element spec, as mpi4py unpacks it.
+
+    ``pair_types`` are the container types read as ``(count, displ)`` in the second
+    position (mpi4py: tuple or list for simple messages, tuple only for vectors).
+    """
+    if isinstance(spec, (list, tuple)):
+        n = len(spec)
+        buf = count = displ = datatype = None
+        if n == 2:
+            buf, count = spec
+            if _is_datatype(count):
+                count, datatype = None, count
+            elif isinstance(count, pair_types):
+                count, displ = count
+        elif n == 3:
+            buf, count, datatype = spec
+            if isinstance(count, pair_types):
+                count, displ = count
+        elif n == 4:
+            buf, count, displ, datatype = spec
+        else:
+            raise ValueError(f"{arg}: expected a buffer or a list/tuple of 2 to 4 items, got {n} items")
+        return buf, count, displ, datatype
+    return spec, None, None, None
+
+
+def parse_simple(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
+    """A message of ``blocks`` equal blocks; without a count, the buffer is split evenly.
+
+    For a single block (the allgather send buffer) pass ``blocks=1``.
+    """
+    buf_obj, count, displ, datatype = _split(spec, arg, (tuple, list))
+    bottom = buf_obj is MPI.BOTTOM
+    if bottom:
+        if datatype is None:
+            raise ValueError(f"{arg}: MPI.BOTTOM requires an explicit datatype")
+        buf, address, nbytes = None, 0, 0
+    else:
+        buf, address, nbytes = _buffer(buf_obj, readonly, arg)
+    if datatype is None:
+        datatype = MPI.BYTE if buf is None else _format_datatype(buf_obj, buf, arg)
+    else:
+        datatype = as_datatype(datatype, arg)
+    offset = 0
+    length = nbytes
+    if displ is not None:
+        displ = _index(displ, arg, "displacement")
+        if displ > 0:
+            extent = _extent(datatype, arg)
+            if not bottom and displ * extent > length:
+                raise ValueError(f"{arg}: displacement {displ} out of bounds "
+                                 f"({length // extent} entries in the buffer)")
+            offset = displ * extent
+            length -= offset
+    if count is not None:
+        count = _index(count, arg, "count")
+        if count > 0 and buf_obj is None:
+            raise ValueError(f"{arg}: buffer is None but count is {count}")
+    elif length > 0:
+        extent = _extent(datatype, arg)
+        if length % extent:
+            raise ValueError(f"{arg}: buffer length {length} is not a multiple of the datatype extent {extent}")
+        entries = length // extent
+        if blocks >= 2 and entries % blocks:
+            raise ValueError(f"{arg}: {entries} entries cannot be split into {blocks} blocks (one per neighbor)")
+        count = entries // blocks if blocks >= 2 else entries
+    else:
+        count = 0
+    step = count * _extent(datatype, arg) if (count and blocks > 1) else 0
+    result = Blocks(address, (count,) * blocks,
+                    tuple(offset + i * step for i in range(blocks)),
+                    (datatype,) * blocks, buf_obj)
+    if not bottom:
+        _check_bounds(result, nbytes, arg)
+    return result
+
+
+def parse_vector(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
+    """A message of ``blocks`` blocks with their own counts and displacements (in elements)."""
+    buf_obj, counts, displs, datatype = _split(spec, arg, (tuple,))
+    bottom = buf_obj is MPI.BOTTOM
+    if bottom:
+        if datatype is None:
+            raise ValueError(f"{arg}: MPI.BOTTOM requires an explicit datatype")
+        buf, address, nbytes = None, 0, 0
+    else:
+        buf, address, nbytes = _buffer(buf_obj, readonly, arg)
+    if datatype is None:
+        datatype = MPI.BYTE if buf is None else _format_datatype(buf_obj, buf, arg)
+    else:
+        datatype = as_datatype(datatype, arg)
+    if counts is None:
+        total = 0
+        if nbytes > 0:
+            extent = _extent(datatype, arg)
+            if nbytes % extent:
+                raise ValueError(f"{arg}: buffer length {nbytes} is not a multiple of the datatype extent {extent}")
+            total = nbytes // extent
+        counts = tuple(total // blocks + (total % blocks > i) for i in range(blocks)) if blocks else ()
+    elif isinstance(counts, Integral) and not isinstance(counts, bool):
+        counts = (_index(counts, arg, "count"),) * blocks
+    else:
+        counts = _int_list(counts, blocks, arg, "counts")
+    if displs is None:
+        acc, out = 0, []
+        for c in counts:
+            out.append(acc)
+            acc += c
+        displs = tuple(out)
+    elif isinstance(displs, Integral) and not isinstance(displs, bool):
+        stride = _index(displs, arg, "displacement")
+        displs = tuple(stride * i for i in range(blocks))
+    else:
+        displs = _int_list(displs, blocks, arg, "displacements")
+    extent = datatype.Get_extent()[1]
+    if any(d for d in displs) and extent <= 0:
+        raise ValueError(f"{arg}: datatype extent {extent} cannot place displaced blocks")
+    result = Blocks(address, counts, tuple(d * extent for d in displs), (datatype,) * blocks, buf_obj)
+    if not bottom:
+        _check_bounds(result, nbytes, arg)
+    return result
+
+
+def parse_w(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
+    """A message of ``blocks`` blocks each with its own count, byte displacement and datatype."""
+    if not isinstance(spec, (list, tuple)):
+        raise TypeError(f"{arg}: expected (buf, datatypes), (buf, (counts, displs), datatypes) "
+                        f"or (buf, counts, displs, datatypes)")
+    n = len(spec)
+    if n == 2:
+        buf_obj, datatypes = spec
+        counts = displs = None
+    elif n == 3:
+        buf_obj, cd, datatypes = spec
+        try:
+            counts, displs = cd
+        except (TypeError, ValueError):
+            raise ValueError(f"{arg}: expected (counts, displs) as the second item") from None
+    elif n == 4:
+        buf_obj, counts, displs, datatypes = spec
+    else:
+        raise ValueError(f"{arg}: expected a list/tuple of 2 to 4 items, got {n} items")
+    bottom = buf_obj is MPI.BOTTOM
+    if bottom:
+        if counts is None or displs is None:
+            raise ValueError(f"{arg}: MPI.BOTTOM requires counts and displacements")
+        address, nbytes = 0, 0
+    else:
+        _, address, nbytes = _buffer(buf_obj, readonly, arg)
+    if counts is None and displs is None:
+        counts, displs = (1,) * blocks, (0,) * blocks
+    else:
+        counts = _int_list(counts, blocks, arg, "counts")
+        try:
+            displs = tuple(int(d) for d in displs)
+        except TypeError:
+            raise TypeError(f"{arg}: displacements must be a sequence of integers") from None
+        if len(displs) != blocks:
+            raise ValueError(f"{arg}: expected {blocks} displacements (one per neighbor), got {len(displs)}")
+    if isinstance(datatypes, (MPI.Datatype, str)):
+        datatypes = (datatypes,) * blocks
+    try:
+        datatypes = list(datatypes)
+    except TypeError:
+        raise TypeError(f"{arg}: datatypes must be a sequence of MPI datatypes") from None
+    if len(datatypes) != blocks:
+        raise ValueError(f"{arg}: expected {blocks} datatypes (one per neighbor), got {len(datatypes)}")
+    types = tuple(as_datatype(t, f"{arg}: datatypes[{i}]") for i, t in enumerate(datatypes))
+    result = Blocks(address, counts, displs, types, buf_obj)
+    if not bottom:
+        _check_bounds(result, nbytes, arg)
+    return result

@@ -1,0 +1,477 @@
+"""The wrapped communicators: mpi4py topology communicators whose Neighbor_* methods
+run sparsecoll's schedules.
+
+:func:`wrap` returns an instance of a Python subclass of the communicator's own
+mpi4py class (``Cartcomm``, ``Graphcomm`` or ``Distgraphcomm``) sharing its handle,
+as ``mpi4py.util.pkl5`` does, so every other method keeps working.
+
+Per handle, sparsecoll keeps one shared state (stored as an MPI attribute on the
+handle, so every wrapper of that handle finds it): a private duplicate communicator
+that carries all library traffic, the rank's Topology, the Patterns built so far and
+a small cache of bound schedules.
+
+Errors: bad arguments raise ValueError or TypeError naming the argument on the rank
+that passed them, before that rank sends anything. The other ranks, if they passed
+good arguments, enter the collective and wait for the failing rank's messages, as
+they would in MPI with an erroneous call; a program must treat such an error as
+fatal (or agree on it before calling again).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+import numpy
+from mpi4py import MPI
+
+from . import algorithms
+from .bind import bind
+from .buffers import parse_simple, parse_vector, parse_w
+from .execute.p2p import Executor, ScheduleRequest
+from .pattern import ALLGATHER, family_of, stats
+from .topology import PROC_NULL, Topology, from_comm
+
+#: Tags per channel: a pattern may have at most STEP_SPAN - 1 steps (one more for copies).
+STEP_SPAN = 1024
+#: Channels cycled by nonblocking calls (1..NONBLOCKING_CHANNELS); persistent ones follow.
+NONBLOCKING_CHANNELS = 64
+#: Bound schedules kept per communicator for repeated blocking/nonblocking calls.
+CACHE_SIZE = 32
+
+_PARSERS = {
+    # collective: (send parser, send blocks from outdegree?, recv parser)
+    "allgather": (parse_simple, False, parse_simple),
+    "allgatherv": (parse_simple, False, parse_vector),
+    "allgatherw": (parse_simple, False, parse_w),
+    "alltoall": (parse_simple, True, parse_simple),
+    "alltoallv": (parse_vector, True, parse_vector),
+    "alltoallw": (parse_w, True, parse_w),
+}
+
+
+class SharedState:
+    """What sparsecoll keeps per communicator handle (shared by all its wrappers)."""
+
+    def __init__(self, comm: MPI.Comm, topology: Topology | None = None):
+        self.private = comm.Dup()  # collective
+        self.topology = topology if topology is not None else from_comm(comm)
+        self.patterns: dict = {}
+        self.build_seconds: dict = {}
+        self.executors: OrderedDict = OrderedDict()
+        self.nonblocking_calls = 0
+        self.persistent_calls = 0
+        tag_ub = self.private.Get_attr(MPI.TAG_UB) or 32767
+        self.channels = max(tag_ub // STEP_SPAN, 2)
+
+    # -- tags -----------------------------------------------------------------
+    def next_channel(self, persistent: bool) -> int:
+        """The channel of the next nonblocking or persistent call (same on every rank)."""
+        if not persistent:
+            self.nonblocking_calls += 1
+            return 1 + (self.nonblocking_calls - 1) % NONBLOCKING_CHANNELS
+        self.persistent_calls += 1
+        room = max(self.channels - 1 - NONBLOCKING_CHANNELS, 1)
+        return 1 + NONBLOCKING_CHANNELS + (self.persistent_calls - 1) % room
+
+    # -- cache ----------------------------------------------------------------
+    def cached_executor(self, key):
+        """A cached, inactive executor for ``key`` (or None)."""
+        executor = self.executors.get(key)
+        if executor is None or executor.active:
+            return None
+        self.executors.move_to_end(key)
+        return executor
+
+    def remember(self, key, executor) -> None:
+        """Cache an executor, evicting the least recently used inactive one when full."""
+        self.executors[key] = executor
+        while len(self.executors) > CACHE_SIZE:
+            for old_key, old in self.executors.items():
+                if not old.active and old_key != key:
+                    del self.executors[old_key]
+                    old.free()
+                    break
+            else:
+                break
+
+    def free(self) -> None:
+        """Release cached schedules and the private communicator."""
+        for executor in self.executors.values():
+            if not executor.active:
+                executor.free()
+        self.executors.clear()
+        self.patterns.clear()
+        if self.private != MPI.COMM_NULL:
+            self.private.Free()
+
+
+def _delete_state(comm, keyval, state):
+    state.free()
+
+
+_STATE_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_state)
+
+
+def _state_of(comm: MPI.Comm, topology: Topology | None = None) -> SharedState:
+    """The shared state of a handle, created (collectively) on first use."""
+    state = comm.Get_attr(_STATE_KEYVAL)
+    if state is None:
+        state = SharedState(comm, topology)
+        comm.Set_attr(_STATE_KEYVAL, state)
+    return state
+
+
+class NeighborhoodMixin:
+    """sparsecoll's neighborhood collectives, mixed into the mpi4py topology classes."""
+
+    _sc_algorithm = "auto"
+    _sc_options: dict = {}
+
+    # -- plumbing ---------------------------------------------------------------
+    @property
+    def _sc_state(self) -> SharedState:
+        state = self.__dict__.get("_sc_shared")
+        if state is None:
+            state = self.__dict__["_sc_shared"] = _state_of(self)
+        return state
+
+    @property
+    def algorithm(self) -> str:
+        """The algorithm this wrapper was asked for (``"auto"`` resolves per family)."""
+        return self._sc_algorithm
+
+    @property
+    def topology(self) -> Topology:
+        """This rank's Topology as sparsecoll sees it."""
+        return self._sc_state.topology
+
+    def resolved_algorithm(self, collective: str) -> str:
+        """The algorithm that runs ``collective`` (``"auto"`` resolved)."""
+        family = family_of(collective)
+        if self._sc_algorithm != "auto":
+            return self._sc_algorithm
+        return algorithms.choose(self._sc_state.topology, family, self._sc_options)
+
+    def pattern(self, collective: str):
+        """This rank's Pattern for the family of ``collective`` (built once, collectively)."""
+        family = family_of(collective)
+        name = self.resolved_algorithm(collective)
+        if name == "native":
+            name = "direct"
+        algorithm = algorithms.get(name)
+        state = self._sc_state
+        key = (name, repr(sorted(self._sc_options.items())), family)
+        pattern = state.patterns.get(key)
+        if pattern is None:
+            reason = algorithm.unsupported_reason(state.topology, family)
+            if reason is not None:
+                raise NotImplementedError(reason)
+            start = time.perf_counter()
+            pattern = algorithm.build(state.topology, state.private, self._sc_options, family)
+            state.build_seconds[key] = time.perf_counter() - start
+            if len(pattern.steps) >= STEP_SPAN:
+                raise NotImplementedError(
+                    f"algorithm {name!r} built {len(pattern.steps)} steps; at most {STEP_SPAN - 1} are supported")
+            state.patterns[key] = pattern
+        return pattern
+
+    def plan_stats(self, collective: str) -> dict:
+        """Deterministic numbers of this rank's schedule for ``collective``'s family.
+
+        Keys: ``algorithm``, ``family``, ``steps``, ``sends``, ``recvs``,
+        ``send_items``, ``recv_items``, ``sends_to_others``, ``build_seconds`` and
+        whatever the algorithm adds. For ``native`` the numbers are those of the
+        one-step pattern MPI libraries use.
+        """
+        name = self.resolved_algorithm(collective)
+        pattern = self.pattern(collective)
+        family = family_of(collective)
+        key_name = "direct" if name == "native" else name
+        key = (key_name, repr(sorted(self._sc_options.items())), family)
+        return {"algorithm": name, **stats(pattern),
+                "build_seconds": self._sc_state.build_seconds.get(key, 0.0)}
+
+    def _parse(self, collective: str, sendbuf, recvbuf):
+        topology = self._sc_state.topology
+        send_parser, per_edge, recv_parser = _PARSERS[collective]
+        send = send_parser(sendbuf, topology.outdegree if per_edge else 1, readonly=True, arg="sendbuf")
+        recv = recv_parser(recvbuf, topology.indegree, readonly=False, arg="recvbuf")
+        return send, recv
+
+    def _executor(self, collective: str, send, recv, channel: int):
+        state = self._sc_state
+        pattern = self.pattern(collective)
+        if collective in ("allgather", "alltoall"):
+            reference = recv if len(recv) else send
+            layout = (reference.counts[0], reference.types[0]) if len(reference) else None
+            transit_size = (lambda item: layout) if layout is not None else None
+        else:
+            transit_size = None  # v/w sizes of items in transit: see bind
+        schedule = bind(pattern, state.topology, send, recv, transit_size)
+        return Executor(state.private, schedule, channel * STEP_SPAN)
+
+    def _cached_executor(self, collective: str, send, recv, channel: int):
+        state = self._sc_state
+        key = (collective, self.resolved_algorithm(collective), send.key(), recv.key(), channel)
+        executor = state.cached_executor(key)
+        if executor is None:
+            executor = self._executor(collective, send, recv, channel)
+            if key not in state.executors:
+                state.remember(key, executor)
+                return executor, None
+            return executor, executor.free  # the cached one is busy: use a private one
+        return executor, None
+
+    def _blocking(self, collective: str, sendbuf, recvbuf) -> None:
+        send, recv = self._parse(collective, sendbuf, recvbuf)
+        executor, release = self._cached_executor(collective, send, recv, 0)
+        executor.run()
+        if release is not None:
+            release()
+
+    def _nonblocking(self, collective: str, sendbuf, recvbuf) -> ScheduleRequest:
+        send, recv = self._parse(collective, sendbuf, recvbuf)
+        channel = self._sc_state.next_channel(persistent=False)
+        executor, release = self._cached_executor(collective, send, recv, channel)
+        request = ScheduleRequest(executor, persistent=False,
+                                  release=release or _deactivate)
+        request.Start()
+        return request
+
+    def _persistent(self, collective: str, sendbuf, recvbuf) -> ScheduleRequest:
+        send, recv = self._parse(collective, sendbuf, recvbuf)
+        channel = self._sc_state.next_channel(persistent=True)
+        executor = self._executor(collective, send, recv, channel)
+        return ScheduleRequest(executor, persistent=True)
+
+    def _native(self, method: str, *args):
+        return getattr(super(NeighborhoodMixin, self), method)(*args)
+
+    def _allgatherw_as_alltoallw(self, sendbuf, recvbuf):
+        """MPI has no allgatherw: express it as alltoallw with every send block at displacement 0."""
+        send = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
+        outdegree = self._sc_state.topology.outdegree
+        address, count, datatype = send.piece(0)
+        return [MPI.BOTTOM, [count] * outdegree, [address] * outdegree, [datatype] * outdegree], recvbuf
+
+    # -- blocking -------------------------------------------------------------------
+    def Neighbor_allgather(self, sendbuf, recvbuf) -> None:
+        """Gather one block from every in-neighbor (receive block i from source i)."""
+        if self._sc_algorithm == "native":
+            return self._native("Neighbor_allgather", sendbuf, recvbuf)
+        self._blocking("allgather", sendbuf, recvbuf)
+
+    def Neighbor_allgatherv(self, sendbuf, recvbuf) -> None:
+        """Neighbor_allgather with a count and displacement per receive block."""
+        if self._sc_algorithm == "native":
+            return self._native("Neighbor_allgatherv", sendbuf, recvbuf)
+        self._blocking("allgatherv", sendbuf, recvbuf)
+
+    def Neighbor_allgatherw(self, sendbuf, recvbuf) -> None:
+        """Neighbor_allgather with a count, byte displacement and datatype per receive block.
+
+        Not in MPI; proposed by Träff and Hunold (ICPP 2019). ``recvbuf`` takes the W
+        forms of ``Neighbor_alltoallw``.
+        """
+        if self._sc_algorithm == "native":
+            return self._native("Neighbor_alltoallw", *self._allgatherw_as_alltoallw(sendbuf, recvbuf))
+        self._blocking("allgatherw", sendbuf, recvbuf)
+
+    def Neighbor_alltoall(self, sendbuf, recvbuf) -> None:
+        """Send block k to out-neighbor k, receive block i from in-neighbor i."""
+        if self._sc_algorithm == "native":
+            return self._native("Neighbor_alltoall", sendbuf, recvbuf)
+        self._blocking("alltoall", sendbuf, recvbuf)
+
+    def Neighbor_alltoallv(self, sendbuf, recvbuf) -> None:
+        """Neighbor_alltoall with counts and displacements per block."""
+        if self._sc_algorithm == "native":
+            return self._native("Neighbor_alltoallv", sendbuf, recvbuf)
+        self._blocking("alltoallv", sendbuf, recvbuf)
+
+    def Neighbor_alltoallw(self, sendbuf, recvbuf) -> None:
+        """Neighbor_alltoall with counts, byte displacements and datatypes per block."""
+        if self._sc_algorithm == "native":
+            return self._native("Neighbor_alltoallw", sendbuf, recvbuf)
+        self._blocking("alltoallw", sendbuf, recvbuf)
+
+    # -- nonblocking ----------------------------------------------------------------
+    def Ineighbor_allgather(self, sendbuf, recvbuf):
+        """Nonblocking Neighbor_allgather; returns a request (Wait/Test/Free)."""
+        if self._sc_algorithm == "native":
+            return self._native("Ineighbor_allgather", sendbuf, recvbuf)
+        return self._nonblocking("allgather", sendbuf, recvbuf)
+
+    def Ineighbor_allgatherv(self, sendbuf, recvbuf):
+        """Nonblocking Neighbor_allgatherv; returns a request (Wait/Test/Free)."""
+        if self._sc_algorithm == "native":
+            return self._native("Ineighbor_allgatherv", sendbuf, recvbuf)
+        return self._nonblocking("allgatherv", sendbuf, recvbuf)
+
+    def Ineighbor_allgatherw(self, sendbuf, recvbuf):
+        """Nonblocking Neighbor_allgatherw; returns a request (Wait/Test/Free)."""
+        if self._sc_algorithm == "native":
+            return self._native("Ineighbor_alltoallw", *self._allgatherw_as_alltoallw(sendbuf, recvbuf))
+        return self._nonblocking("allgatherw", sendbuf, recvbuf)
+
+    def Ineighbor_alltoall(self, sendbuf, recvbuf):
+        """Nonblocking Neighbor_alltoall; returns a request (Wait/Test/Free)."""
+        if self._sc_algorithm == "native":
+            return self._native("Ineighbor_alltoall", sendbuf, recvbuf)
+        return self._nonblocking("alltoall", sendbuf, recvbuf)
+
+    def Ineighbor_alltoallv(self, sendbuf, recvbuf):
+        """Nonblocking Neighbor_alltoallv; returns a request (Wait/Test/Free)."""
+        if self._sc_algorithm == "native":
+            return self._native("Ineighbor_alltoallv", sendbuf, recvbuf)
+        return self._nonblocking("alltoallv", sendbuf, recvbuf)
+
+    def Ineighbor_alltoallw(self, sendbuf, recvbuf):
+        """Nonblocking Neighbor_alltoallw; returns a request (Wait/Test/Free)."""
+        if self._sc_algorithm == "native":
+            return self._native("Ineighbor_alltoallw", sendbuf, recvbuf)
+        return self._nonblocking("alltoallw", sendbuf, recvbuf)
+
+    # -- persistent -----------------------------------------------------------------
+    def Neighbor_allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """Persistent Neighbor_allgather; returns a request (Start/Wait/Test/Free)."""
+        if self._sc_algorithm == "native":
+            return self._native("Neighbor_allgather_init", sendbuf, recvbuf, info)
+        return self._persistent("allgather", sendbuf, recvbuf)
+
+    def Neighbor_allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """Persistent Neighbor_allgatherv; returns a request (Start/Wait/Test/Free)."""
+        if self._sc_algorithm == "native":
+            return self._native("Neighbor_allgatherv_init", sendbuf, recvbuf, info)
+        return self._persistent("allgatherv", sendbuf, recvbuf)
+
+    def Neighbor_allgatherw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """Persistent Neighbor_allgatherw; returns a request (Start/Wait/Test/Free)."""
+        if self._sc_algorithm == "native":
+            return self._native("Neighbor_alltoallw_init", *self._allgatherw_as_alltoallw(sendbuf, recvbuf), info)
+        return self._persistent("allgatherw", sendbuf, recvbuf)
+
+    def Neighbor_alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """Persistent Neighbor_alltoall; returns a request (Start/Wait/Test/Free)."""
+        if self._sc_algorithm == "native":
+            return self._native("Neighbor_alltoall_init", sendbuf, recvbuf, info)
+        return self._persistent("alltoall", sendbuf, recvbuf)
+
+    def Neighbor_alltoallv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """Persistent Neighbor_alltoallv; returns a request (Start/Wait/Test/Free)."""
+        if self._sc_algorithm == "native":
+            return self._native("Neighbor_alltoallv_init", sendbuf, recvbuf, info)
+        return self._persistent("alltoallv", sendbuf, recvbuf)
+
+    def Neighbor_alltoallw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """Persistent Neighbor_alltoallw; returns a request (Start/Wait/Test/Free)."""
+        if self._sc_algorithm == "native":
+            return self._native("Neighbor_alltoallw_init", sendbuf, recvbuf, info)
+        return self._persistent("alltoallw", sendbuf, recvbuf)
+
+    # -- pickle-based -----------------------------------------------------------------
+    def neighbor_allgather(self, sendobj):
+        """Gather a picklable object from every in-neighbor (None for PROC_NULL)."""
+        if self._sc_algorithm == "native":
+            return self._native("neighbor_allgather", sendobj)
+        topology = self._sc_state.topology
+        data = MPI.pickle.dumps(sendobj)
+        sizes = numpy.zeros(topology.indegree, dtype=numpy.int64)
+        self._uncached("allgather", [numpy.array([len(data)], dtype=numpy.int64), MPI.INT64_T],
+                       [sizes, MPI.INT64_T])
+        received = bytearray(int(sizes.sum()))
+        displs = numpy.concatenate(([0], numpy.cumsum(sizes)[:-1])).astype(numpy.int64)
+        self._uncached("allgatherv", [data, MPI.BYTE],
+                       [received, (sizes.tolist(), displs.tolist()), MPI.BYTE])
+        return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
+                for s, d, n in zip(topology.sources, displs.tolist(), sizes.tolist())]
+
+    def neighbor_alltoall(self, sendobj):
+        """Send picklable object k to out-neighbor k; return one object per in-neighbor."""
+        if self._sc_algorithm == "native":
+            return self._native("neighbor_alltoall", sendobj)
+        topology = self._sc_state.topology
+        try:
+            objects = list(sendobj)
+        except TypeError:
+            raise TypeError("sendobj: expected a sequence with one object per out-neighbor") from None
+        if len(objects) != topology.outdegree:
+            raise ValueError(f"sendobj: expected {topology.outdegree} objects (one per out-neighbor), "
+                             f"got {len(objects)}")
+        pickled = [MPI.pickle.dumps(obj) for obj in objects]
+        send_sizes = numpy.array([len(p) for p in pickled], dtype=numpy.int64)
+        recv_sizes = numpy.zeros(topology.indegree, dtype=numpy.int64)
+        self._uncached("alltoall", [send_sizes, MPI.INT64_T], [recv_sizes, MPI.INT64_T])
+        data = b"".join(pickled)
+        received = bytearray(int(recv_sizes.sum()))
+        recv_displs = numpy.concatenate(([0], numpy.cumsum(recv_sizes)[:-1])).astype(numpy.int64)
+        send_displs = numpy.concatenate(([0], numpy.cumsum(send_sizes)[:-1])).astype(numpy.int64)
+        self._uncached("alltoallv", [data, (send_sizes.tolist(), send_displs.tolist()), MPI.BYTE],
+                       [received, (recv_sizes.tolist(), recv_displs.tolist()), MPI.BYTE])
+        return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
+                for s, d, n in zip(topology.sources, recv_displs.tolist(), recv_sizes.tolist())]
+
+    def _uncached(self, collective: str, sendbuf, recvbuf) -> None:
+        """A blocking call whose buffers are temporary: bind, run, free."""
+        send, recv = self._parse(collective, sendbuf, recvbuf)
+        executor = self._executor(collective, send, recv, 0)
+        try:
+            executor.run()
+        finally:
+            executor.free()
+
+    # -- lifetime -----------------------------------------------------------------------
+    def Free(self) -> None:
+        """Free the communicator and everything sparsecoll attached to it (collective)."""
+        self.__dict__.pop("_sc_shared", None)
+        super().Free()  # deletes the attribute, which frees the shared state
+
+
+def _deactivate(executor) -> None:
+    executor.active = False
+
+
+class Cartcomm(NeighborhoodMixin, MPI.Cartcomm):
+    """A Cartesian communicator with sparsecoll's neighborhood collectives."""
+
+
+class Graphcomm(NeighborhoodMixin, MPI.Graphcomm):
+    """An MPI-1 graph communicator with sparsecoll's neighborhood collectives."""
+
+
+class Distgraphcomm(NeighborhoodMixin, MPI.Distgraphcomm):
+    """A distributed graph communicator with sparsecoll's neighborhood collectives."""
+
+
+_WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgraphcomm, Distgraphcomm))
+
+
+def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, **options):
+    """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll.
+
+    Collective over ``comm`` the first time a handle is wrapped (it duplicates the
+    communicator for library traffic). The result is an instance of ``comm``'s own
+    mpi4py class sharing its handle. Wrapping a wrapped communicator returns a new
+    wrapper with the new algorithm on the same handle and shared state.
+    ``algorithm`` is ``"auto"`` or a name from :func:`sparsecoll.algorithms`;
+    ``options`` are the algorithm's options.
+    """
+    algorithms.check_name(algorithm)
+    options = algorithms.check_options(algorithm, options)
+    for mpi_class, wrapper_class in _WRAPPERS:
+        if isinstance(comm, mpi_class):
+            break
+    else:
+        raise TypeError("comm: expected an mpi4py topology communicator (Cartcomm, Graphcomm or "
+                        f"Distgraphcomm), got {type(comm).__name__}")
+    if comm == MPI.COMM_NULL:
+        raise ValueError("comm: is MPI.COMM_NULL")
+    state = comm.__dict__.get("_sc_shared") if isinstance(comm, NeighborhoodMixin) else None
+    if state is None:
+        state = _state_of(comm, topology)
+    wrapped = wrapper_class(comm)
+    wrapped.__dict__["_sc_shared"] = state
+    wrapped._sc_algorithm = algorithm
+    wrapped._sc_options = options
+    return wrapped

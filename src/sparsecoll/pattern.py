@@ -1,0 +1,113 @@
+"""The Pattern IR: who sends which logical blocks ("items") to whom, step by step.
+
+A Pattern belongs to one rank and one collective family. It knows no sizes and no
+buffers, so it is computed once per (topology, algorithm, family) and cached.
+
+Items are small tuples:
+
+* allgather family: ``(origin,)`` -- the one send block of rank ``origin``;
+* alltoall family: ``(origin, dest, label)`` -- the block rank ``origin`` sends along
+  its out-edge to ``dest`` that carries matching label ``label`` (see
+  :meth:`sparsecoll.topology.Topology.out_labels`).
+
+Within one step, all sends and receives start together and the step ends when all
+have completed. Between a pair of ranks, the n-th message ``a`` lists for peer ``b`` in
+a step matches the n-th receive ``b`` lists from ``a`` in that step (MPI's
+non-overtaking order); :func:`sparsecoll.verify.verify` checks that they agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+ALLGATHER = "allgather"
+ALLTOALL = "alltoall"
+FAMILIES = (ALLGATHER, ALLTOALL)
+
+Item = tuple
+
+#: The collectives of each family, as named in mpi4py (without the Neighbor_ prefix).
+COLLECTIVE_FAMILY = {
+    "allgather": ALLGATHER,
+    "allgatherv": ALLGATHER,
+    "allgatherw": ALLGATHER,
+    "alltoall": ALLTOALL,
+    "alltoallv": ALLTOALL,
+    "alltoallw": ALLTOALL,
+}
+
+
+def family_of(collective: str) -> str:
+    """Return the family (``"allgather"`` or ``"alltoall"``) of a collective or family name."""
+    try:
+        return COLLECTIVE_FAMILY[collective]
+    except KeyError:
+        raise ValueError(
+            f"collective: expected one of {sorted(COLLECTIVE_FAMILY)}, got {collective!r}"
+        ) from None
+
+
+def gather_item(origin: int) -> Item:
+    """The allgather-family item: the send block of rank ``origin``."""
+    return (origin,)
+
+
+def personal_item(origin: int, dest: int, label: int) -> Item:
+    """The alltoall-family item: ``origin``'s block for ``dest`` along the edge labelled ``label``."""
+    return (origin, dest, label)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message: the peer rank and the ordered items it carries."""
+
+    peer: int
+    items: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The messages one rank sends and receives in one round."""
+
+    sends: tuple = ()
+    recvs: tuple = ()
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One rank's schedule of item-level messages for one collective family.
+
+    ``info`` holds algorithm-specific facts (protocol cost, choices made) that
+    :func:`stats` passes through to ``plan_stats``.
+    """
+
+    family: str
+    rank: int
+    steps: tuple
+    info: dict = field(default_factory=dict, compare=False)
+
+    def items_sent(self) -> Iterable[Item]:
+        """Every item this rank sends, in step order (with repeats)."""
+        for step in self.steps:
+            for message in step.sends:
+                yield from message.items
+
+
+def stats(pattern: Pattern) -> dict:
+    """The deterministic numbers every algorithm reports for one rank's Pattern."""
+    sends = sum(len(s.sends) for s in pattern.steps)
+    recvs = sum(len(s.recvs) for s in pattern.steps)
+    send_items = sum(len(m.items) for s in pattern.steps for m in s.sends)
+    recv_items = sum(len(m.items) for s in pattern.steps for m in s.recvs)
+    offrank = sum(1 for s in pattern.steps for m in s.sends if m.peer != pattern.rank)
+    return {
+        "family": pattern.family,
+        "steps": sum(1 for s in pattern.steps if s.sends or s.recvs),
+        "sends": sends,
+        "recvs": recvs,
+        "send_items": send_items,
+        "recv_items": recv_items,
+        "sends_to_others": offrank,
+        **pattern.info,
+    }

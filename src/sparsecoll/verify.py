@@ -1,0 +1,108 @@
+"""Prove that the Patterns of all ranks deliver a neighborhood collective.
+
+:func:`verify` is a pure function over the Patterns and Topologies of every rank. It
+checks that
+
+1. every message a rank sends in a step has the matching receive at its peer in the
+   same step, carrying the same items in the same order (MPI's non-overtaking order
+   pairs the n-th message between two ranks in a step with the n-th receive), so no
+   step waits on a later one;
+2. a rank only sends items it holds: its own blocks, or items it received in an
+   earlier step;
+3. every receive block that is not a ``PROC_NULL`` hole obtains its item;
+4. nothing else arrives: a received item is needed by the rank or forwarded by it
+   later, and no item arrives more often than the rank has blocks for it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Mapping, Sequence, Union
+
+
+class VerificationError(AssertionError):
+    """A Pattern set that does not implement the collective; the message says where."""
+
+
+def _as_mapping(obj) -> Mapping:
+    return obj if isinstance(obj, Mapping) else dict(enumerate(obj))
+
+
+def verify(patterns: Union[Mapping, Sequence], topologies: Union[Mapping, Sequence]) -> dict:
+    """Check the Patterns of all ranks against their Topologies; raise VerificationError.
+
+    Returns a small summary (ranks, steps, messages, items) on success.
+    """
+    patterns = _as_mapping(patterns)
+    topologies = _as_mapping(topologies)
+    if set(patterns) != set(topologies):
+        raise VerificationError("patterns and topologies cover different ranks")
+    families = {p.family for p in patterns.values()}
+    if len(families) > 1:
+        raise VerificationError(f"patterns mix collective families {sorted(families)}")
+    if not patterns:
+        return {"ranks": 0, "steps": 0, "messages": 0, "items": 0}
+    family = families.pop()
+    nsteps = max((len(p.steps) for p in patterns.values()), default=0)
+
+    for rank, pattern in patterns.items():
+        if pattern.rank != rank:
+            raise VerificationError(f"pattern stored for rank {rank} says rank {pattern.rank}")
+
+    # 1. matching sends and receives, step by step
+    messages = items = 0
+    for s in range(nsteps):
+        sent = defaultdict(list)      # (src, dst) -> [items, ...] in send order
+        expected = defaultdict(list)  # (src, dst) -> [items, ...] in receive order
+        for rank, pattern in patterns.items():
+            if s >= len(pattern.steps):
+                continue
+            step = pattern.steps[s]
+            for m in step.sends:
+                if m.peer not in patterns:
+                    raise VerificationError(f"step {s}: rank {rank} sends to unknown rank {m.peer}")
+                sent[(rank, m.peer)].append(tuple(m.items))
+                messages += 1
+                items += len(m.items)
+            for m in step.recvs:
+                if m.peer not in patterns:
+                    raise VerificationError(f"step {s}: rank {rank} receives from unknown rank {m.peer}")
+                expected[(m.peer, rank)].append(tuple(m.items))
+        for pair in set(sent) | set(expected):
+            if sent.get(pair, []) != expected.get(pair, []):
+                a, b = pair
+                raise VerificationError(
+                    f"step {s}: rank {a} sends {sent.get(pair, [])} to rank {b}, "
+                    f"which expects {expected.get(pair, [])}"
+                )
+
+    # 2-4. per rank: holding, delivery, nothing extra
+    for rank, pattern in patterns.items():
+        topo = topologies[rank]
+        own = {item for item in topo.send_items(family) if item is not None}
+        wanted = Counter(item for item in topo.recv_items(family) if item is not None)
+        held = set(own)
+        arrivals = Counter()
+        forwarded = set()
+        for s, step in enumerate(pattern.steps):
+            for m in step.sends:
+                for item in m.items:
+                    if item not in held:
+                        raise VerificationError(
+                            f"step {s}: rank {rank} sends item {item} to {m.peer} before holding it")
+                    if item not in own:
+                        forwarded.add(item)
+            for m in step.recvs:
+                for item in m.items:
+                    arrivals[item] += 1
+                    held.add(item)
+        for item, n in wanted.items():
+            if item not in held:
+                raise VerificationError(f"rank {rank} never obtains item {item} for its receive blocks")
+        for item, n in arrivals.items():
+            if item not in wanted and item not in forwarded:
+                raise VerificationError(f"rank {rank} receives item {item} that it neither needs nor forwards")
+            if n > max(1, wanted.get(item, 0)):
+                raise VerificationError(
+                    f"rank {rank} receives item {item} {n} times but has {wanted.get(item, 0)} blocks for it")
+    return {"ranks": len(patterns), "steps": nsteps, "messages": messages, "items": items}
