@@ -719,6 +719,7 @@ class World:
                 self._polls = 0
 
             state.glet = greenlet(body)
+            state.done = False
             self._polls = 0
             self._switch_to(state)
             self._drain()
