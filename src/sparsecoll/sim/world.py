@@ -40,6 +40,7 @@ cannot take simulated requests.
 
 from __future__ import annotations
 
+import gc
 import pickle
 import time
 from collections import deque
@@ -53,6 +54,9 @@ ANY_SOURCE = MPI.ANY_SOURCE
 ANY_TAG = MPI.ANY_TAG
 PROC_NULL = MPI.PROC_NULL
 TAG_UB = 2 ** 30 - 1
+#: Builders allocate millions of long-lived objects at scale; a larger first-generation
+#: threshold during a run keeps the collector from rescanning them constantly.
+GC_THRESHOLD = 100_000
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
@@ -710,6 +714,14 @@ class World:
         """Call ``fn(comm, *args)`` on every virtual rank; return the per-rank results."""
         start = time.perf_counter()
         self._driver = getcurrent()
+        thresholds = gc.get_threshold()
+        gc.set_threshold(max(thresholds[0], GC_THRESHOLD), *thresholds[1:])
+        try:
+            return self._run(fn, args, start)
+        finally:
+            gc.set_threshold(*thresholds)
+
+    def _run(self, fn: Callable, args: tuple, start: float) -> list:
         for state in self._ranks:
             comm = self.comm(state.rank)
 
