@@ -3,7 +3,9 @@
 An algorithm has a name, the collective families it supports, a ``build`` function
 ``build(topology, comm, options, family) -> Pattern`` (collective over ``comm`` when it runs a
 protocol; ``None`` for ``native``, which calls the MPI library), an optional
-``supports(topology) -> reason or None`` check, and its options with defaults.
+``supports(topology) -> reason or None`` check, its options with defaults, and an optional
+``check(options) -> options`` that validates them (called by :func:`check_options`, so bad
+values raise before any message is sent).
 ``"auto"`` is resolved by :func:`choose`.
 """
 
@@ -26,6 +28,7 @@ class Algorithm:
     paper: Optional[str] = None
     supports: Optional[Callable] = None
     options: dict = field(default_factory=dict)
+    check: Optional[Callable] = None
 
     def unsupported_reason(self, topology, family: str) -> Optional[str]:
         """Why this algorithm cannot run ``family`` on ``topology`` (None if it can)."""
@@ -79,8 +82,13 @@ def check_options(name: str, options: dict) -> dict:
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise TypeError(f"options: unknown option(s) {unknown} for algorithm {name!r}; known: {sorted(known)}")
-    return {**known, **options}
+    merged = {**known, **options}
+    for algorithm in candidates:
+        if algorithm.check is not None:
+            merged.update(algorithm.check({key: merged[key] for key in algorithm.options}))
+    return merged
 
 
 from . import direct as _direct  # noqa: E402,F401  (registers)
 from . import native as _native  # noqa: E402,F401  (registers)
+from . import common_neighbor as _common_neighbor  # noqa: E402,F401  (registers)
