@@ -128,6 +128,7 @@ class NeighborhoodMixin:
 
     _sc_algorithm = "auto"
     _sc_options: dict = {}
+    _sc_rebind = False
 
     # -- plumbing ---------------------------------------------------------------
     @property
@@ -243,6 +244,9 @@ class NeighborhoodMixin:
             executor.free()
 
     def _cached_executor(self, collective: str, send, recv, channel: int):
+        """An executor for the call and the function that releases it after the call (or None)."""
+        if self._sc_rebind:  # non-persistent mode: bind on every call
+            return self._executor(collective, send, recv, channel), Executor.free
         state = self._sc_state
         key = (collective, self.resolved_algorithm(collective), send.key(), recv.key(), channel)
         executor = state.cached_executor(key)
@@ -251,7 +255,7 @@ class NeighborhoodMixin:
             if key not in state.executors:
                 state.remember(key, executor)
                 return executor, None
-            return executor, executor.free  # the cached one is busy: use a private one
+            return executor, Executor.free  # the cached one is busy: use a private one
         return executor, None
 
     def _blocking(self, collective: str, sendbuf, recvbuf) -> None:
@@ -259,7 +263,7 @@ class NeighborhoodMixin:
         executor, release = self._cached_executor(collective, send, recv, 0)
         executor.run()
         if release is not None:
-            release()
+            release(executor)
 
     def _nonblocking(self, collective: str, sendbuf, recvbuf) -> ScheduleRequest:
         send, recv = self._parse(collective, sendbuf, recvbuf)
@@ -479,7 +483,8 @@ class Distgraphcomm(NeighborhoodMixin, MPI.Distgraphcomm):
 _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgraphcomm, Distgraphcomm))
 
 
-def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, **options):
+def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, rebind: bool = False,
+         **options):
     """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll.
 
     Collective over ``comm`` the first time a handle is wrapped (it duplicates the
@@ -487,9 +492,13 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, **o
     mpi4py class sharing its handle. Wrapping a wrapped communicator returns a new
     wrapper with the new algorithm on the same handle and shared state.
     ``algorithm`` is ``"auto"`` or a name from :func:`sparsecoll.algorithms`;
-    ``options`` are the algorithm's options.
+    ``options`` are the algorithm's options. ``rebind=True`` binds the schedule anew on
+    every blocking and nonblocking call instead of caching it (the non-persistent mode of
+    the HiPC 2017 paper's evaluation); ``*_init`` requests always bind once.
     """
     algorithms.check_name(algorithm)
+    if not isinstance(rebind, bool):
+        raise TypeError(f"rebind: expected a bool, got {type(rebind).__name__}")
     options = algorithms.check_options(algorithm, options)
     for mpi_class, wrapper_class in _WRAPPERS:
         if isinstance(comm, mpi_class):
@@ -506,4 +515,5 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, **o
     wrapped.__dict__["_sc_shared"] = state
     wrapped._sc_algorithm = algorithm
     wrapped._sc_options = options
+    wrapped._sc_rebind = rebind
     return wrapped
