@@ -39,7 +39,8 @@ neighborhood, its friends and the in-neighbor lists of its out-neighbors):
   choice: the heaviest friend; later: stay with the previous choice if it is still
   open and has the higher rank; else accept an open lower-ranked friend that chose
   me; else drop the previous choice and take the heaviest remaining candidate, or
-  become terminal when none is left. Two exchanges with all open friends per
+  become terminal when none is left (the printed line 14 reads "F ≠ ∅"; the text
+  says a rank gives up when no friend is left to try). Two exchanges with all open friends per
   iteration: the choices, then the states (paired, terminal, open). Messages always
   go to every *open* friend (a symmetric set), while the candidates a rank still
   considers may shrink on one side only. Termination: in every iteration some rank
