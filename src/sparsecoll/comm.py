@@ -59,7 +59,6 @@ class SharedState:
         self.topology = topology if topology is not None else from_comm(comm)
         self.patterns: dict = {}
         self.build_seconds: dict = {}
-        self.transit_anywhere: dict = {}  # pattern key -> whether some rank stores items in transit
         self.executors: OrderedDict = OrderedDict()
         self.nonblocking_calls = 0
         self.persistent_calls = 0
@@ -156,19 +155,15 @@ class NeighborhoodMixin:
             return self._sc_algorithm
         return algorithms.choose(self._sc_state.topology, family, self._sc_options)
 
-    def _pattern_key(self, collective: str) -> tuple:
-        """(name of the pattern builder, cache key) for ``collective`` (``native`` uses direct's)."""
-        name = self.resolved_algorithm(collective)
-        if name == "native":
-            name = "direct"
-        return name, (name, repr(sorted(self._sc_options.items())), family_of(collective))
-
     def pattern(self, collective: str):
         """This rank's Pattern for the family of ``collective`` (built once, collectively)."""
         family = family_of(collective)
-        name, key = self._pattern_key(collective)
+        name = self.resolved_algorithm(collective)
+        if name == "native":
+            name = "direct"
         algorithm = algorithms.get(name)
         state = self._sc_state
+        key = (name, repr(sorted(self._sc_options.items())), family)
         pattern = state.patterns.get(key)
         if pattern is None:
             reason = algorithm.unsupported_reason(state.topology, family)
@@ -180,9 +175,6 @@ class NeighborhoodMixin:
             if len(pattern.steps) >= STEP_SPAN:
                 raise NotImplementedError(
                     f"algorithm {name!r} built {len(pattern.steps)} steps; at most {STEP_SPAN - 1} are supported")
-            # the size pass of v/w calls is collective: every rank runs it if any rank needs it
-            state.transit_anywhere[key] = bool(
-                state.private.allreduce(has_transit(pattern, state.topology), op=MPI.LOR))
             state.patterns[key] = pattern
         return pattern
 
@@ -194,9 +186,12 @@ class NeighborhoodMixin:
         whatever the algorithm adds. For ``native`` the numbers are those of the
         one-step pattern MPI libraries use.
         """
+        name = self.resolved_algorithm(collective)
         pattern = self.pattern(collective)
-        _, key = self._pattern_key(collective)
-        return {"algorithm": self.resolved_algorithm(collective), **stats(pattern),
+        family = family_of(collective)
+        key_name = "direct" if name == "native" else name
+        key = (key_name, repr(sorted(self._sc_options.items())), family)
+        return {"algorithm": name, **stats(pattern),
                 "build_seconds": self._sc_state.build_seconds.get(key, 0.0)}
 
     def _parse(self, collective: str, sendbuf, recvbuf):
@@ -210,15 +205,15 @@ class NeighborhoodMixin:
         state = self._sc_state
         pattern = self.pattern(collective)
         transit_size = None
-        if collective in ("allgather", "alltoall"):
-            if has_transit(pattern, state.topology):
+        if has_transit(pattern, state.topology):
+            if collective in ("allgather", "alltoall"):
                 # regular collectives: every block has the local receive (else send) layout
                 reference = recv if len(recv) else send
                 layout = (reference.counts[0], reference.types[0])
                 transit_size = lambda item: layout  # noqa: E731
-        elif state.transit_anywhere[self._pattern_key(collective)[1]]:
-            sizes = self._size_pass(pattern, send)
-            transit_size = lambda item: (sizes[item], MPI.BYTE)  # noqa: E731
+            else:
+                sizes = self._size_pass(pattern, send)
+                transit_size = lambda item: (sizes[item], MPI.BYTE)  # noqa: E731
         schedule = bind(pattern, state.topology, send, recv, transit_size)
         return Executor(state.private, schedule, channel * STEP_SPAN)
 
