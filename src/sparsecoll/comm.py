@@ -431,7 +431,7 @@ class NeighborhoodMixin:
         self._uncached("allgather", [numpy.array([len(data)], dtype=numpy.int64), MPI.INT64_T],
                        [sizes, MPI.INT64_T])
         received = bytearray(int(sizes.sum()))
-        displs = numpy.concatenate(([0], numpy.cumsum(sizes)[:-1])).astype(numpy.int64)
+        displs = _displacements(sizes)
         self._uncached("allgatherv", [data, MPI.BYTE],
                        [received, (sizes.tolist(), displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
@@ -455,8 +455,8 @@ class NeighborhoodMixin:
         self._uncached("alltoall", [send_sizes, MPI.INT64_T], [recv_sizes, MPI.INT64_T])
         data = b"".join(pickled)
         received = bytearray(int(recv_sizes.sum()))
-        recv_displs = numpy.concatenate(([0], numpy.cumsum(recv_sizes)[:-1])).astype(numpy.int64)
-        send_displs = numpy.concatenate(([0], numpy.cumsum(send_sizes)[:-1])).astype(numpy.int64)
+        recv_displs = _displacements(recv_sizes)
+        send_displs = _displacements(send_sizes)
         self._uncached("alltoallv", [data, (send_sizes.tolist(), send_displs.tolist()), MPI.BYTE],
                        [received, (recv_sizes.tolist(), recv_displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
@@ -476,6 +476,11 @@ class NeighborhoodMixin:
         """Free the communicator and everything sparsecoll attached to it (collective)."""
         self.__dict__.pop("_sc_shared", None)
         super().Free()  # deletes the attribute, which frees the shared state
+
+
+def _displacements(sizes: numpy.ndarray) -> numpy.ndarray:
+    """Contiguous displacements of blocks of the given sizes."""
+    return (numpy.cumsum(sizes) - sizes).astype(numpy.int64)
 
 
 def _deactivate(executor) -> None:
