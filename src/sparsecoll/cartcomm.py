@@ -10,6 +10,8 @@ offers the paper's helpers (relative ranks, shifts and coordinates, neighbor que
 
 from __future__ import annotations
 
+import numbers
+
 from mpi4py import MPI
 
 from .comm import Distgraphcomm, wrap
@@ -27,7 +29,8 @@ class CartNeighborhoodComm(Distgraphcomm):
 
     @property
     def offsets(self) -> tuple:
-        """The relative offsets ``N[0..t-1]`` every rank shares."""
+        """The offsets ``N[0..t-1]`` every rank shares: as given to :func:`cart_neighborhood_create`,
+        or canonical and sorted when detected by :func:`sparsecoll.wrap` with ``grid=``."""
         return self.topology.offsets
 
     def relative_rank(self, offset) -> int:
@@ -43,9 +46,9 @@ class CartNeighborhoodComm(Distgraphcomm):
     def relative_coord(self, rank: int) -> tuple:
         """The offset from this process to ``rank`` (periodic coordinates in ``[-(p//2), p - p//2)``)."""
         size = self.Get_size()
-        if not isinstance(rank, int) or not 0 <= rank < size:
+        if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < size:
             raise ValueError(f"rank: expected an integer in [0, {size}), got {rank!r}")
-        return self.grid.relative(self.Get_rank(), rank)
+        return self.grid.relative(self.Get_rank(), int(rank))
 
     def neighbor_count(self) -> int:
         """``t``: the number of offsets (``PROC_NULL`` neighbors included)."""

@@ -236,3 +236,13 @@ def _halo_example():
 def test_halo_9point_example_matches_serial(algorithm, grid):
     arguments = ["--algorithm", algorithm, "--n", "4", "--iterations", "3"] + (["--open"] if grid == "open" else [])
     assert _halo_example().main(arguments) == 0
+
+
+def test_detection_refuses_mpi_cartesian_communicators():
+    cart = WORLD.Create_cart([WORLD.Get_size()], [True])
+    try:
+        comm = sparsecoll.wrap(cart, "auto", grid=cart)
+        assert comm.topology.offsets is None
+        assert "cart_neighborhood_create" in comm.topology.extra["cartesian"]
+    finally:
+        cart.Free()

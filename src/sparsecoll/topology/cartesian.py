@@ -25,7 +25,7 @@ from typing import Optional
 import numpy
 from mpi4py import MPI
 
-from . import PROC_NULL, Topology, graph_topology
+from . import CART, PROC_NULL, Topology, graph_topology
 
 
 @dataclass(frozen=True)
@@ -300,6 +300,10 @@ def detect(comm: MPI.Comm, topology: Topology, grid_option) -> Topology:
         return grid, fingerprint(grid)
 
     grid = agree(comm, local, what=GRID_OPTION)
+    if topology.kind == CART:
+        reason = ("an MPI Cartesian communicator matches its +-1 neighbors by position, not by offset; "
+                  "create the neighborhood with sparsecoll.cart_neighborhood_create")
+        return dataclasses.replace(topology, extra={**topology.extra, "cartesian": reason})
     rank = topology.rank
     mine = sorted(grid.relative(rank, d) for d in topology.destinations if d != PROC_NULL)
     if all(grid.periods):
