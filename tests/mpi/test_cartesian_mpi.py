@@ -246,3 +246,18 @@ def test_detection_refuses_mpi_cartesian_communicators():
         assert "cart_neighborhood_create" in comm.topology.extra["cartesian"]
     finally:
         cart.Free()
+
+
+def test_calibrated_hockney_parameters_drive_auto():
+    from sparsecoll.calibration import hockney_parameters
+    parameters = hockney_parameters(WORLD, repetitions=5)
+    assert parameters["alpha"] > 0 and parameters["beta"] > 0
+    assert WORLD.allgather(parameters) == [parameters] * WORLD.Get_size()
+    comm = _create("9pt_2d_torus")
+    try:
+        calibrated = sparsecoll.wrap(comm, "auto", **parameters, block_bytes=4)
+        choice = calibrated.plan_stats("alltoall")["auto"]
+        assert (choice["alpha"], choice["beta"]) == (parameters["alpha"], parameters["beta"])
+        assert choice["algorithm"] in ("cartesian", "direct")
+    finally:
+        comm.Free()

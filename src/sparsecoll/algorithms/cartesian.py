@@ -288,6 +288,7 @@ def auto_choice(topology: Topology, family: str, options: dict) -> dict:
     Combining wins when ``C*alpha + beta*V*m < t*(alpha + beta*m)`` (for alltoall:
     ``m < (alpha/beta)(t - C)/(V - t)``), with ``m = block_bytes``. The non-combining side
     runs as ``direct``: the same ``t`` messages as the trivial algorithm, posted at once.
+    Measured parameters: :func:`sparsecoll.calibration.hockney_parameters`.
     """
     alpha = float(options.get("alpha", DEFAULT_ALPHA))
     beta = float(options.get("beta", DEFAULT_BETA))
