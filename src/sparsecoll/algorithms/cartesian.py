@@ -214,7 +214,7 @@ def combining_pattern(topology: Topology, family: str) -> Pattern:
         if phase:  # every rank skips the same empty phases
             steps.append(Step(tuple(sends), tuple(recvs)))
     info = {"rounds": schedule.rounds, "volume": schedule.volume,
-            "dimension_order": schedule.order, **_neighborhood_info(view)}
+            "dimension_order": schedule.order, "neighbors": len(view.routes)}
     return Pattern(family, topology.rank, tuple(steps), info)
 
 
@@ -235,12 +235,8 @@ def trivial_pattern(topology: Topology, family: str) -> Pattern:
         dest = view.grid.shift(view.rank, offset, +1)
         source = view.grid.shift(view.rank, offset, -1)
         steps.append(Step(tuple(_message(dest, [out_item])), tuple(_message(source, [in_item]))))
-    info = {"rounds": len(steps), "volume": len(steps), **_neighborhood_info(view)}
+    info = {"rounds": len(steps), "volume": len(steps), "neighbors": len(view.routes)}
     return Pattern(family, topology.rank, tuple(steps), info)
-
-
-def _neighborhood_info(view: _RankView) -> dict:
-    return {"neighbors": len(view.routes)}
 
 
 # -- registry -----------------------------------------------------------------------------
