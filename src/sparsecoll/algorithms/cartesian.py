@@ -284,7 +284,7 @@ def auto_choice(topology: Topology, family: str, options: dict) -> dict:
     Combining wins when ``C*alpha + beta*V*m < t*(alpha + beta*m)`` (for alltoall:
     ``m < (alpha/beta)(t - C)/(V - t)``), with ``m = block_bytes``. The non-combining side
     runs as ``direct``: the same ``t`` messages as the trivial algorithm, posted at once.
-    Measured parameters: :func:`sparsecoll.calibration.hockney_parameters`.
+    Measured parameters: ``sparsecoll calibrate`` (:mod:`sparsecoll.model.calibrate`).
     """
     alpha = float(options.get("alpha", DEFAULT_ALPHA))
     beta = float(options.get("beta", DEFAULT_BETA))
@@ -293,7 +293,9 @@ def auto_choice(topology: Topology, family: str, options: dict) -> dict:
     t, c, v = _counts(tuple(topology.offsets), tuple(dims), tuple(periods), family)
     combining = c * alpha + beta * v * m
     trivial = t * (alpha + beta * m)
-    cutoff = (alpha / beta) * (t - c) / (v - t) if v > t else None
+    cutoff = None
+    if v > t:
+        cutoff = (alpha / beta) * (t - c) / (v - t) if beta > 0 else float("inf")
     return {"algorithm": "cartesian" if combining < trivial else "direct",
             "model": "hockney", "alpha": alpha, "beta": beta, "block_bytes": m,
             "trivial_rounds": t, "combining_rounds": c, "combining_volume": v,

@@ -1,0 +1,138 @@
+"""Machine parameters of the cost models, rank placement, and their JSON files.
+
+* Hockney (R. W. Hockney, Parallel Computing 20, 1994; the model of Sharifian, Sojoodi
+  and Afsahi 2023, §V): a message of ``m`` bytes costs ``alpha + m * beta`` (``beta`` in
+  seconds per byte: the 2023 paper writes ``m / beta`` with ``beta`` a bandwidth).
+* LogGP (Alexandrov et al., JPDC 44, 1997, as the SC12 paper of Hoefler and Schneider
+  uses it, §III-B-1): latency ``L``, per-message CPU overhead ``o``, gap between
+  injections ``g``, time per byte ``G``.
+
+Parameters are given per pair class: ``socket`` (same socket), ``node`` (same node,
+other socket) and ``network`` (other node); a class missing from a file falls back to the
+nearest class present (``socket`` -> ``node`` -> ``network`` and back).
+
+Placement ``LxS``: ranks are placed in order, ``L`` per socket and ``S`` sockets per
+node (rank ``r`` is on socket ``r // L`` and node ``r // (L*S)``), as ``mpiexec`` fills
+cores by default.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+CLASSES = ("socket", "node", "network")
+HOCKNEY_FIELDS = ("alpha", "beta")
+LOGGP_FIELDS = ("L", "o", "g", "G")
+MODELS = {"hockney": HOCKNEY_FIELDS, "loggp": LOGGP_FIELDS}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """``L`` ranks per socket, ``S`` sockets per node, filled in rank order."""
+
+    L: int
+    S: int = 1
+
+    def __post_init__(self):
+        if self.L < 1 or self.S < 1:
+            raise ValueError(f"placement: expected L >= 1 and S >= 1, got L={self.L}, S={self.S}")
+
+    @classmethod
+    def parse(cls, text: str) -> "Placement":
+        """``"36x2"`` -> Placement(L=36, S=2); ``"36"`` -> one socket per node."""
+        try:
+            parts = [int(x) for x in str(text).lower().split("x")]
+        except ValueError:
+            parts = []
+        if len(parts) not in (1, 2):
+            raise ValueError(f"placement: expected 'LxS' (ranks per socket x sockets per node), got {text!r}")
+        return cls(*parts)
+
+    def socket(self, rank: int) -> int:
+        """Global socket index of ``rank``."""
+        return rank // self.L
+
+    def node(self, rank: int) -> int:
+        """Node index of ``rank``."""
+        return rank // (self.L * self.S)
+
+    def pair_class(self, a: int, b: int) -> str:
+        """``"socket"``, ``"node"`` or ``"network"`` for a message between ranks ``a`` and ``b``."""
+        if a // self.L == b // self.L:
+            return "socket"
+        if self.node(a) == self.node(b):
+            return "node"
+        return "network"
+
+    def __str__(self) -> str:
+        return f"{self.L}x{self.S}"
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A cost model's parameters per pair class, and where they come from."""
+
+    model: str
+    classes: dict
+    source: str = ""
+
+    def __post_init__(self):
+        if self.model not in MODELS:
+            raise ValueError(f"model: expected one of {sorted(MODELS)}, got {self.model!r}")
+        if not self.classes:
+            raise ValueError("classes: at least one pair class needs parameters")
+        for name, values in self.classes.items():
+            if name not in CLASSES:
+                raise ValueError(f"classes: unknown pair class {name!r}; known: {list(CLASSES)}")
+            missing = [f for f in MODELS[self.model] if f not in values]
+            if missing:
+                raise ValueError(f"classes[{name!r}]: {self.model} needs {missing}")
+            if any(float(values[f]) < 0 for f in MODELS[self.model]):
+                raise ValueError(f"classes[{name!r}]: parameters must be non-negative")
+
+    def params(self, pair_class: str) -> dict:
+        """The parameters of ``pair_class`` (falling back to the nearest class present)."""
+        if pair_class in self.classes:
+            return self.classes[pair_class]
+        i = CLASSES.index(pair_class)
+        for distance in range(1, len(CLASSES)):
+            for j in (i + distance, i - distance):
+                if 0 <= j < len(CLASSES) and CLASSES[j] in self.classes:
+                    return self.classes[CLASSES[j]]
+        raise KeyError(pair_class)  # unreachable: classes is not empty
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict."""
+        return {"model": self.model, "source": self.source, "classes": self.classes}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Machine":
+        """Inverse of :meth:`to_json`."""
+        return cls(data["model"], {k: {f: float(v) for f, v in p.items()} for k, p in data["classes"].items()},
+                   data.get("source", ""))
+
+    def save(self, path) -> None:
+        """Write the parameter file."""
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f, indent=2)
+            f.write("\n")
+
+    @classmethod
+    def load(cls, path) -> "Machine":
+        """Read a parameter file written by :meth:`save` or ``sparsecoll calibrate``."""
+        with open(path) as f:
+            return cls.from_json(json.load(f))
+
+
+def hockney(alpha: float, beta: float, source: str = "", pair_class: Optional[str] = None) -> Machine:
+    """A Hockney Machine with the same ``alpha``, ``beta`` for one class (or all)."""
+    names = CLASSES if pair_class is None else (pair_class,)
+    return Machine("hockney", {c: {"alpha": alpha, "beta": beta} for c in names}, source)
+
+
+def loggp(L: float, o: float, g: float, G: float, source: str = "", pair_class: Optional[str] = None) -> Machine:
+    """A LogGP Machine with the same parameters for one class (or all)."""
+    names = CLASSES if pair_class is None else (pair_class,)
+    return Machine("loggp", {c: {"L": L, "o": o, "g": g, "G": G} for c in names}, source)

@@ -1,0 +1,81 @@
+"""Run any registered algorithm's builder on N virtual ranks and verify its Patterns.
+
+Registry-driven: whatever :mod:`sparsecoll.algorithms` registers runs here unchanged
+(``build(topology, comm, options, family)`` with a :class:`~sparsecoll.sim.VirtualComm`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..algorithms import check_options, get as get_algorithm
+from ..pattern import family_of, stats
+from ..verify import verify as verify_patterns
+from .world import World
+
+
+@dataclass
+class BuildRun:
+    """The Patterns of all virtual ranks for one algorithm and family, with costs."""
+
+    algorithm: str
+    family: str
+    topologies: list
+    patterns: list
+    counters: list  # per rank Counters.as_dict()
+    seconds: float
+    verified: Optional[dict] = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        """Number of virtual ranks."""
+        return len(self.patterns)
+
+    def summary(self) -> dict:
+        """Maximum and mean over ranks of the Pattern stats and protocol counters."""
+        per_rank = [{**{k: v for k, v in stats(p).items() if isinstance(v, (int, float))}, **c}
+                    for p, c in zip(self.patterns, self.counters)]
+        keys = [k for k, v in per_rank[0].items() if not isinstance(v, bool)] if per_rank else []
+        out = {"algorithm": self.algorithm, "family": self.family, "ranks": self.size,
+               "build_seconds": self.seconds}
+        for key in keys:
+            values = [r[key] for r in per_rank]
+            out[f"max_{key}"] = max(values)
+            out[f"mean_{key}"] = sum(values) / len(values)
+        return out
+
+
+def build_patterns(topologies, algorithm: str, family: str, options: Optional[dict] = None,
+                   verify: bool = True) -> BuildRun:
+    """Build ``algorithm``'s Patterns for ``family`` on one virtual rank per Topology.
+
+    ``topologies`` is a list of Topologies or an object with ``topologies()`` (an
+    :class:`~sparsecoll.topology.generators.Adjacency`). Raises ``NotImplementedError``
+    with the algorithm's reason where it does not support a rank's topology, and
+    :class:`~sparsecoll.verify.VerificationError` where the Patterns are wrong.
+    """
+    if hasattr(topologies, "topologies"):
+        topologies = topologies.topologies()
+    topologies = list(topologies)
+    family = family_of(family)
+    entry = get_algorithm(algorithm)
+    if entry.build is None:
+        raise NotImplementedError(f"algorithm {algorithm!r} has no pattern builder (it calls the MPI library)")
+    options = check_options(algorithm, dict(options or {}))
+    for topology in topologies:
+        reason = entry.unsupported_reason(topology, family)
+        if reason is not None:
+            raise NotImplementedError(f"rank {topology.rank}: {reason}")
+    world = World(len(topologies), topologies)
+    start = time.perf_counter()
+    patterns = world.run(lambda comm: entry.build(comm.topology, comm, options, family))
+    seconds = time.perf_counter() - start
+    run = BuildRun(algorithm, family, topologies, patterns, [c.as_dict() for c in world.counters], seconds)
+    if verify:
+        start = time.perf_counter()
+        run.verified = verify_patterns(patterns, topologies)
+        run.info["verify_seconds"] = time.perf_counter() - start
+    return run

@@ -1,0 +1,209 @@
+"""Topology generators of the papers' benchmarks, as pure functions of (size, parameters).
+
+Every generator returns an :class:`Adjacency`: for every rank its ordered sources and
+destinations. The same object makes the virtual-rank Topologies of the simulator
+(:meth:`Adjacency.topologies`) and the real distributed graph communicator
+(:func:`create_dist_graph`), so a simulated and a measured run use the same graph.
+
+* ``random``: Erdős–Rényi random sparse digraph with edge density ``density``
+  (HiPC 2017 §V-A, 2023 paper §VII-A): every ordered pair ``i != j`` is an edge with
+  probability ``density``, independently.
+* ``sparse-alltoall``: the sparse alltoall pattern A(s, p) of the SC12 paper (§V-1): the
+  same Erdős–Rényi digraph with probability ``p`` (the SC12 paper says so itself).
+* ``moore``: the Moore neighborhood of dimension ``D`` and radius ``R`` (HiPC 2017 §V-B,
+  2023 paper §VII-B): ranks on a periodic ``D``-dimensional grid whose dims come from
+  ``MPI.Compute_dims``; each rank sends to every rank within Chebyshev distance ``R``
+  (``(2R+1)^D - 1`` neighbors). The offsets are listed in lexicographic order; rank
+  ``r`` sends along offset ``c`` to ``r + c`` and receives along it from ``r - c``
+  (the isomorphic neighborhoods of Träff and Hunold, ICPP 2019), so grids smaller than
+  ``2R+1`` in a dimension give repeated neighbors and self loops, as MPI allows.
+
+A topology SPEC string names a generator and its parameters:
+``random:density=0.2,seed=1``, ``moore:D=2,R=2``, ``sparse-alltoall:p=0.3``
+(:func:`parse_spec`, :func:`generate`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy
+
+from . import graph_topology
+
+
+@dataclass(frozen=True)
+class Adjacency:
+    """Sources and destinations of every rank (lists of rank lists, MPI order).
+
+    ``offsets`` and ``dims`` are set for isomorphic (Cartesian-offset) neighborhoods.
+    """
+
+    size: int
+    sources: tuple
+    destinations: tuple
+    name: str = ""
+    offsets: Optional[tuple] = None
+    dims: Optional[tuple] = None
+    params: dict = field(default_factory=dict, compare=False)
+
+    def topology(self, rank: int):
+        """The Topology of one virtual rank (dist-graph kind, matched by occurrence)."""
+        extra = {"generator": self.name, **self.params}
+        if self.dims is not None:
+            extra["dims"] = self.dims
+            extra["coords"] = coords_of(rank, self.dims)
+        return graph_topology(rank, self.size, self.sources[rank], self.destinations[rank],
+                              offsets=self.offsets, extra=extra)
+
+    def topologies(self) -> list:
+        """The Topologies of all ranks."""
+        return [self.topology(r) for r in range(self.size)]
+
+    def edges(self) -> int:
+        """Number of edges (sum of out-degrees)."""
+        return sum(len(d) for d in self.destinations)
+
+
+def _check_size(size) -> int:
+    if not isinstance(size, (int, numpy.integer)) or size < 1:
+        raise ValueError(f"size: expected a positive integer, got {size!r}")
+    return int(size)
+
+
+def _check_probability(value, name: str) -> float:
+    value = float(value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name}: expected a probability in [0, 1], got {value}")
+    return value
+
+
+def random_sparse(size: int, density: float, seed: int = 0) -> Adjacency:
+    """Erdős–Rényi digraph: each ordered pair ``i != j`` is an edge with probability ``density``.
+
+    Destinations and sources are listed in increasing rank order. Deterministic in
+    ``seed`` (NumPy PCG64, one row of the adjacency matrix at a time).
+    """
+    size = _check_size(size)
+    density = _check_probability(density, "density")
+    rng = numpy.random.default_rng(seed)
+    destinations = []
+    sources = [[] for _ in range(size)]
+    for i in range(size):
+        row = rng.random(size) < density
+        row[i] = False
+        dest = numpy.flatnonzero(row).tolist()
+        destinations.append(dest)
+        for j in dest:
+            sources[j].append(i)
+    return Adjacency(size, tuple(sources), tuple(destinations), name="random",
+                     params={"density": density, "seed": seed})
+
+
+def sparse_alltoall(size: int, p: float, seed: int = 0) -> Adjacency:
+    """The SC12 paper's sparse alltoall pattern A(s, p): an Erdős–Rényi digraph with probability ``p``."""
+    adjacency = random_sparse(size, p, seed)
+    return Adjacency(size, adjacency.sources, adjacency.destinations, name="sparse-alltoall",
+                     params={"p": adjacency.params["density"], "seed": seed})
+
+
+def coords_of(rank: int, dims) -> tuple:
+    """Row-major coordinates of ``rank`` in a grid (MPI's Cartesian rank order)."""
+    coords = []
+    for extent in reversed(dims):
+        coords.append(rank % extent)
+        rank //= extent
+    return tuple(reversed(coords))
+
+
+def rank_of(coords, dims) -> int:
+    """Row-major rank of periodic ``coords`` in a grid."""
+    rank = 0
+    for c, extent in zip(coords, dims):
+        rank = rank * extent + c % extent
+    return rank
+
+
+def moore_offsets(D: int, R: int) -> tuple:
+    """The ``(2R+1)^D - 1`` non-zero offsets of Chebyshev length at most ``R``, lexicographic."""
+    span = range(-R, R + 1)
+    return tuple(c for c in itertools.product(span, repeat=D) if any(c))
+
+
+def compute_dims(size: int, ndims: int) -> tuple:
+    """Balanced grid dimensions, from the MPI library's own ``MPI_Dims_create``."""
+    from mpi4py import MPI
+    return tuple(MPI.Compute_dims(size, ndims))
+
+
+def isomorphic(size: int, dims, offsets, name: str = "isomorphic", params=None) -> Adjacency:
+    """Periodic grid ``dims`` (product ``size``); rank r sends to r+c, receives from r-c per offset c."""
+    size = _check_size(size)
+    dims = tuple(int(d) for d in dims)
+    if int(numpy.prod(dims)) != size:
+        raise ValueError(f"dims: {dims} do not multiply to size {size}")
+    offsets = tuple(tuple(int(x) for x in c) for c in offsets)
+    grid = numpy.arange(size).reshape(dims)
+    destinations = numpy.empty((size, len(offsets)), dtype=numpy.int64)
+    sources = numpy.empty_like(destinations)
+    for k, c in enumerate(offsets):
+        # numpy.roll by -c moves the rank at coords x + c to x
+        destinations[:, k] = numpy.roll(grid, [-x for x in c], axis=range(len(dims))).ravel()
+        sources[:, k] = numpy.roll(grid, list(c), axis=range(len(dims))).ravel()
+    return Adjacency(size, tuple(map(list, sources.tolist())), tuple(map(list, destinations.tolist())),
+                     name=name, offsets=offsets, dims=dims, params=dict(params or {}))
+
+
+def moore(size: int, D: int = 2, R: int = 1) -> Adjacency:
+    """Moore neighborhood of dimension ``D``, radius ``R`` on a periodic ``Compute_dims`` grid."""
+    D, R = int(D), int(R)
+    if D < 1 or R < 1:
+        raise ValueError(f"moore: expected D >= 1 and R >= 1, got D={D}, R={R}")
+    return isomorphic(size, compute_dims(size, D), moore_offsets(D, R), name="moore", params={"D": D, "R": R})
+
+
+GENERATORS = {
+    # name: (function, {parameter: type})
+    "random": (random_sparse, {"density": float, "seed": int}),
+    "sparse-alltoall": (sparse_alltoall, {"p": float, "seed": int}),
+    "moore": (moore, {"D": int, "R": int}),
+}
+
+
+def parse_spec(spec: str) -> tuple:
+    """``"name:key=value,..."`` -> ``(name, {key: typed value})``, checked against GENERATORS."""
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"topology: expected a SPEC like 'random:density=0.2', got {spec!r}")
+    name, _, rest = spec.partition(":")
+    if name not in GENERATORS:
+        raise ValueError(f"topology: unknown generator {name!r}; known: {sorted(GENERATORS)}")
+    types = GENERATORS[name][1]
+    params = {}
+    for part in filter(None, rest.split(",")):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or key not in types:
+            raise ValueError(f"topology: bad parameter {part!r} for {name!r}; known: {sorted(types)}")
+        try:
+            params[key] = types[key](value)
+        except ValueError:
+            raise ValueError(f"topology: parameter {key!r} of {name!r} expects {types[key].__name__}, "
+                             f"got {value!r}") from None
+    return name, params
+
+
+def generate(spec: str, size: int) -> Adjacency:
+    """The Adjacency a SPEC string describes, for ``size`` ranks."""
+    name, params = parse_spec(spec)
+    return GENERATORS[name][0](size, **params)
+
+
+def create_dist_graph(comm, adjacency: Adjacency, reorder: bool = False):
+    """A real ``Distgraphcomm`` for this rank's lists (``Create_dist_graph_adjacent``; collective)."""
+    if comm.Get_size() != adjacency.size:
+        raise ValueError(f"adjacency: built for {adjacency.size} ranks, communicator has {comm.Get_size()}")
+    rank = comm.Get_rank()
+    return comm.Create_dist_graph_adjacent(adjacency.sources[rank], adjacency.destinations[rank],
+                                           reorder=reorder)

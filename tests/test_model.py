@@ -1,0 +1,167 @@
+"""Cost models on tiny hand-computed Pattern sets, parameter files, and the 2023 paper's eqs. 1-8."""
+
+from __future__ import annotations
+
+import math
+
+import numpy
+import pytest
+
+from sparsecoll.model import Machine, Placement, evaluate, hockney, loggp, predict
+from sparsecoll.model import paper2023 as eq
+from sparsecoll.model.calibrate import fit_hockney
+from sparsecoll.pattern import Message, Pattern, Step
+from sparsecoll.sim.harness import build_patterns
+from sparsecoll.sim.simulate import simulate
+from sparsecoll.topology.generators import generate
+
+pytestmark = pytest.mark.timeout(60)
+
+ALPHA, BETA = 2.0, 0.5
+M = 4  # bytes per block
+
+
+def patterns(n, steps_per_rank):
+    """Patterns from {rank: [(sends [(peer, nitems)], recvs [(peer, nitems)]), ...]}."""
+    out = []
+    for r in range(n):
+        steps = []
+        for sends, recvs in steps_per_rank.get(r, []):
+            steps.append(Step(tuple(Message(p, tuple(range(k))) for p, k in sends),
+                              tuple(Message(p, tuple(range(k))) for p, k in recvs)))
+        out.append(Pattern("allgather", r, tuple(steps)))
+    return out
+
+
+def T(items=1, alpha=ALPHA, beta=BETA):
+    return alpha + items * M * beta
+
+
+def test_hockney_single_message_and_chain():
+    one = patterns(2, {0: [([(1, 1)], [])], 1: [([], [(0, 1)])]})
+    assert evaluate(one, hockney(ALPHA, BETA), M).latency == pytest.approx(T())
+    # 0 -> 1 in step 0, 1 -> 2 (two items) in step 1: step 1 waits for step 0
+    chain = patterns(3, {0: [([(1, 1)], [])],
+                         1: [([], [(0, 1)]), ([(2, 2)], [])],
+                         2: [([], []), ([], [(1, 2)])]})
+    prediction = evaluate(chain, hockney(ALPHA, BETA), M)
+    assert prediction.ends.tolist() == pytest.approx([T(), T() + T(2), T() + T(2)])
+
+
+def test_single_port_serializes_sends_and_receives():
+    # ranks 1..3 each send one block to rank 0, which sends one block to each of them
+    spec = {0: [([(1, 1), (2, 1), (3, 1)], [(1, 1), (2, 1), (3, 1)])]}
+    for r in (1, 2, 3):
+        spec[r] = [([(0, 1)], [(0, 1)])]
+    machine = hockney(ALPHA, BETA)
+    # half duplex: rank 0 injects 3 sends, then takes 3 receives (arrived long ago): 6 T (eq. 4)
+    assert evaluate(patterns(4, spec), machine, M).latency == pytest.approx(6 * T())
+    # full duplex: receives overlap the sends: 3 T
+    assert evaluate(patterns(4, spec), machine, M, duplex=True).latency == pytest.approx(3 * T())
+
+
+def test_receiver_contention_and_late_arrival():
+    # 1 and 2 send to 0 at time 0; 3 first sends to 1 (so 1's receive ends at 2T)
+    spec = {0: [([], [(1, 1), (2, 1)])], 1: [([(0, 1)], [(3, 1)])], 2: [([(0, 1)], [])], 3: [([(1, 1)], [])]}
+    ends = evaluate(patterns(4, spec), hockney(ALPHA, BETA), M).ends
+    assert ends.tolist() == pytest.approx([2 * T(), 2 * T(), T(), T()])
+
+
+def test_loggp_costs():
+    L, o, g, G = 5.0, 1.0, 3.0, 0.25
+    machine = loggp(L, o, g, G)
+    one = patterns(2, {0: [([(1, 1)], [])], 1: [([], [(0, 1)])]})
+    assert evaluate(one, machine, M).latency == pytest.approx(2 * o + L + (M - 1) * G)
+    # two messages from 0: the second injection waits max(o, g + (m-1)G) = 3.75
+    two = patterns(3, {0: [([(1, 1), (2, 1)], [])], 1: [([], [(0, 1)])], 2: [([], [(0, 1)])]})
+    ends = evaluate(two, machine, M).ends
+    spacing = max(o, g + (M - 1) * G)
+    assert ends.tolist() == pytest.approx([spacing + o, 2 * o + L + (M - 1) * G,
+                                           spacing + 2 * o + L + (M - 1) * G])
+
+
+def test_pair_classes_and_node_injection():
+    machine = Machine("hockney", {"socket": {"alpha": 1.0, "beta": 0.0}, "node": {"alpha": 2.0, "beta": 0.0},
+                                  "network": {"alpha": 10.0, "beta": 0.0}})
+    placement = Placement.parse("2x2")  # ranks 0-1 socket 0, 2-3 socket 1, node 0 = ranks 0-3
+    assert [placement.pair_class(0, b) for b in (1, 2, 4)] == ["socket", "node", "network"]
+    spec = {0: [([(1, 1)], [])], 1: [([], [(0, 1)])], 2: [([(3, 1)], [])], 3: [([], [(2, 1)])]}
+    assert evaluate(patterns(4, spec), machine, M, placement).ends.tolist() == [1.0, 1.0, 1.0, 1.0]
+    cross = {0: [([(4, 1)], [])], 1: [([(5, 1)], [])], 4: [([], [(0, 1)])], 5: [([], [(1, 1)])]}
+    free = evaluate(patterns(8, cross), machine, M, placement)
+    assert free.latency == pytest.approx(10.0)
+    shared = evaluate(patterns(8, cross), machine, M, placement, nic=True)
+    assert sorted(shared.ends[[4, 5]].tolist()) == pytest.approx([10.0, 20.0])
+
+
+def test_direct_moore_matches_eq4_per_rank():
+    run = build_patterns(generate("moore:D=2,R=1", 64), "direct", "allgather")
+    alpha, beta = 1e-6, 1e-9
+    latencies = predict(run.patterns, hockney(alpha, beta), [4, 1024])
+    for m, t in latencies.items():
+        assert t == pytest.approx(eq.t_rank_naive(8, 1.0, m, alpha, beta))  # 8 neighbors: 2*8*(alpha+m beta)
+
+
+def test_machine_files_and_fallback(tmp_path):
+    machine = Machine("hockney", {"node": {"alpha": 3.0, "beta": 0.1}}, "unit test")
+    path = tmp_path / "p.json"
+    machine.save(path)
+    loaded = Machine.load(path)
+    assert loaded == machine
+    assert loaded.params("socket") == loaded.params("network") == {"alpha": 3.0, "beta": 0.1}
+    with pytest.raises(ValueError):
+        Machine("loggp", {"socket": {"L": 1.0}})
+    with pytest.raises(ValueError):
+        Placement.parse("36by2")
+
+
+def test_fit_hockney_recovers_parameters():
+    sizes = [0, 64, 1024, 65536]
+    alpha, beta = fit_hockney(sizes, [3e-6 + s * 2e-10 for s in sizes])
+    assert alpha == pytest.approx(3e-6) and beta == pytest.approx(2e-10)
+
+
+def test_simulate_reports_speedup_and_counts():
+    results = simulate(64, "moore:D=2,R=1", ["direct"], "allgather", [4, 64], hockney(1.0, 0.0),
+                       Placement(4, 2))
+    entry = results["algorithms"]["direct"]
+    assert entry["verified"] and entry["max_sends"] == 8
+    assert entry["latency"]["4"] == pytest.approx(16.0)
+    assert entry["speedup_over_direct"] == {"4": 1.0, "64": 1.0}
+
+
+# -- the 2023 paper, eqs. 1-8 -------------------------------------------------------
+
+def test_worked_example_message_counts():
+    ex = eq.worked_example()
+    assert ex["naive_messages"] == pytest.approx(600)          # "the naive algorithm sends 600"
+    assert ex["halvings"] == 7                                 # the paper's "7 off-socket"
+    assert ex["halving_steps"] == 8 and ex["n_off"] == 8       # eq. 1 as printed: ceil(log2 100) + 1
+    assert ex["n_in"] == pytest.approx(20 * (1 - 0.7 ** 9))    # eq. 2 as printed: 19.19
+    assert ex["n_in"] == pytest.approx(19.1929, abs=1e-4)
+    # for large delta the paper bounds DH at 27 = 7 + L messages; eq. 2 tends to L
+    assert eq.n_in(2000, 20, 0.999) == pytest.approx(20, abs=1e-6)
+    assert eq.halvings(2000, 20) + 20 == 27
+
+
+def test_eq1_sparse_limit_and_eq3():
+    assert eq.n_off(2000, 20, 0.002) == pytest.approx(0.002 * 1980)   # fewer off-socket neighbors than steps
+    assert eq.m_in(2000, 20, 0.3, 4) == pytest.approx(0.3 * eq.n_in(2000, 20, 0.3) * 4)
+
+
+def test_time_equations():
+    n, L, S, d, m, a, b = 2000, 20, 2, 0.3, 64.0, 1.5e-6, 2e-10
+    assert eq.t_rank_naive(n, d, m, a, b) == pytest.approx(2 * 600 * (a + m * b))           # eq. 4
+    assert eq.t_naive(n, L, S, d, m, a, b) == pytest.approx(40 * eq.t_rank_naive(n, d, m, a, b))  # eq. 5
+    k = eq.n_off(n, L, d)
+    series = sum(a + 2 ** i * m * b for i in range(int(k) + 1)) - a  # eq. 6's sum has k alphas
+    assert eq.t_off_dh(n, L, d, m, a, b) == pytest.approx(series)                              # eq. 6
+    assert eq.t_in_dh(n, L, d, m, a, b) == pytest.approx(eq.n_in(n, L, d) * (a + eq.m_in(n, L, d, m) * b))
+    total = 2 * S * L * (eq.t_off_dh(n, L, d, m, a, b) + eq.t_in_dh(n, L, d, m, a, b))
+    assert eq.t_dh(n, L, S, d, m, a, b) == pytest.approx(total)                                 # eq. 8
+    # with 4-byte messages DH's model is about 22x faster than naive at the worked example
+    ratio = eq.t_naive(n, L, S, d, 4, a, b) / eq.t_dh(n, L, S, d, 4, a, b)
+    assert 20 < ratio < 25
+    assert math.isclose(eq.worked_example(1.0, 0.0)["t_naive"] / eq.worked_example(1.0, 0.0)["t_dh"],
+                        48000 / (80 * (8 + eq.n_in(n, L, d))))
+    assert numpy.isfinite(eq.t_dh(64, 64, 1, 0.5, 4, a, b))

@@ -1,0 +1,83 @@
+"""Generators, and every registered builder on virtual ranks checked by verify."""
+
+from __future__ import annotations
+
+import pytest
+from mpi4py import MPI
+
+from sparsecoll.algorithms import REGISTRY
+from sparsecoll.pattern import FAMILIES
+from sparsecoll.sim.harness import build_patterns
+from sparsecoll.topology.generators import (compute_dims, create_dist_graph, generate, moore, moore_offsets,
+                                            parse_spec, random_sparse)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_moore_neighborhood_shape():
+    adjacency = moore(64, D=2, R=1)
+    assert adjacency.dims == compute_dims(64, 2) == (8, 8)
+    assert all(len(d) == 8 and len(s) == 8 for d, s in zip(adjacency.destinations, adjacency.sources))
+    # rank 9 = (1, 1): its neighbors are the 3x3 block around it
+    assert sorted(adjacency.destinations[9]) == [0, 1, 2, 8, 10, 16, 17, 18]
+    # symmetric: r sends to d along offset c, so d lists r as source along c
+    for r, dests in enumerate(adjacency.destinations):
+        for k, d in enumerate(dests):
+            assert adjacency.sources[d][k] == r
+    assert len(moore_offsets(3, 2)) == 5 ** 3 - 1
+
+
+def test_random_sparse_density_and_seed():
+    a = random_sparse(200, 0.1, seed=3)
+    b = random_sparse(200, 0.1, seed=3)
+    c = random_sparse(200, 0.1, seed=4)
+    assert a.destinations == b.destinations != c.destinations
+    assert all(r not in d for r, d in enumerate(a.destinations))
+    assert 0.08 < a.edges() / (200 * 199) < 0.12
+    for r, dests in enumerate(a.destinations):
+        for d in dests:
+            assert r in a.sources[d]
+
+
+def test_spec_parser():
+    assert parse_spec("random:density=0.2,seed=1") == ("random", {"density": 0.2, "seed": 1})
+    assert parse_spec("moore:D=2,R=2") == ("moore", {"D": 2, "R": 2})
+    assert parse_spec("sparse-alltoall:p=0.3") == ("sparse-alltoall", {"p": 0.3})
+    assert generate("sparse-alltoall:p=0.3,seed=2", 30).destinations == random_sparse(30, 0.3, 2).destinations
+    for bad in ("torus:D=2", "random:dens=0.2", "moore:D=two", "random:density=1.5"):
+        with pytest.raises(ValueError):
+            generate(bad, 8)
+
+
+def test_create_dist_graph_from_adjacency():
+    adjacency = moore(1, D=2, R=1)  # one rank: every offset wraps to itself
+    graph = create_dist_graph(MPI.COMM_SELF, adjacency)
+    try:
+        sources, destinations, _ = graph.Get_dist_neighbors()
+        assert list(sources) == [0] * 8 == list(destinations)
+    finally:
+        graph.Free()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_direct_at_1024_virtual_ranks(family):
+    run = build_patterns(generate("random:density=0.05,seed=7", 1024), "direct", family)
+    assert run.verified["ranks"] == 1024
+    summary = run.summary()
+    assert summary["max_steps"] == 1
+    assert summary["max_depth"] == 0 and summary["max_messages"] == 0  # purely local builder
+    assert summary["mean_sends"] == pytest.approx(0.05 * 1023, rel=0.1)
+
+
+BUILDABLE = sorted(name for name, alg in REGISTRY.items() if alg.build is not None)
+
+
+@pytest.mark.parametrize("name", BUILDABLE)
+@pytest.mark.parametrize("spec", ["moore:D=2,R=1", "moore:D=3,R=1", "random:density=0.2,seed=1"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_registered_builder_verifies(name, spec, family):
+    try:
+        run = build_patterns(generate(spec, 64), name, family)
+    except NotImplementedError as exc:
+        pytest.skip(f"{name} does not support {spec} {family}: {exc}")
+    assert run.verified["ranks"] == 64
