@@ -48,6 +48,7 @@ class Schedule:
     copies: list = field(default_factory=list)
     temp: Optional[numpy.ndarray] = None
     owners: tuple = ()
+    received: dict = field(default_factory=dict)  # item -> piece of its last arrival
 
 
 def _span(count: int, datatype) -> tuple:
@@ -134,4 +135,20 @@ def bind(pattern: Pattern, topology: Topology, send: Blocks, recv: Blocks,
             [BoundMessage(peer, tuple(fix(p) for p in pieces)) for peer, pieces in recvs],
         ))
     copies = [(fix(src), fix(dst)) for src, dst in copies]
-    return Schedule(bound_steps, copies, temp, (send.owner, recv.owner))
+    received = {item: fix(home[item]) for step in pattern.steps for m in step.recvs for item in m.items}
+    return Schedule(bound_steps, copies, temp, (send.owner, recv.owner), received)
+
+
+def has_transit(pattern: Pattern, topology: Topology) -> bool:
+    """Whether some arrival of an item must be stored outside the receive blocks."""
+    wanted = defaultdict(int)
+    for item in topology.recv_items(pattern.family):
+        if item is not None:
+            wanted[item] += 1
+    for step in pattern.steps:
+        for m in step.recvs:
+            for item in m.items:
+                if wanted[item] == 0:
+                    return True
+                wanted[item] -= 1
+    return False

@@ -19,6 +19,7 @@ fatal (or agree on it before calling again).
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections import OrderedDict
 
@@ -26,8 +27,8 @@ import numpy
 from mpi4py import MPI
 
 from . import algorithms
-from .bind import bind
-from .buffers import parse_simple, parse_vector, parse_w
+from .bind import bind, has_transit
+from .buffers import Blocks, parse_simple, parse_vector, parse_w
 from .execute.p2p import Executor, ScheduleRequest
 from .pattern import ALLGATHER, family_of, stats
 from .topology import PROC_NULL, Topology, from_comm
@@ -206,14 +207,44 @@ class NeighborhoodMixin:
     def _executor(self, collective: str, send, recv, channel: int):
         state = self._sc_state
         pattern = self.pattern(collective)
-        if collective in ("allgather", "alltoall"):
-            reference = recv if len(recv) else send
-            layout = (reference.counts[0], reference.types[0]) if len(reference) else None
-            transit_size = (lambda item: layout) if layout is not None else None
-        else:
-            transit_size = None  # v/w sizes of items in transit: see bind
+        transit_size = None
+        if has_transit(pattern, state.topology):
+            if collective in ("allgather", "alltoall"):
+                # regular collectives: every block has the local receive (else send) layout
+                reference = recv if len(recv) else send
+                layout = (reference.counts[0], reference.types[0])
+                transit_size = lambda item: layout  # noqa: E731
+            else:
+                sizes = self._size_pass(pattern, send)
+                transit_size = lambda item: (sizes[item], MPI.BYTE)  # noqa: E731
         schedule = bind(pattern, state.topology, send, recv, transit_size)
         return Executor(state.private, schedule, channel * STEP_SPAN)
+
+    def _size_pass(self, pattern, send) -> dict:
+        """Byte sizes of the items this rank receives, for v/w calls of multi-step patterns.
+
+        An intermediate rank cannot know the size of an item it only forwards, so the
+        same Pattern runs once on one int64 per item (the size its origin sends); a
+        persistent request pays this once, at init.
+        """
+        state = self._sc_state
+        topology = state.topology
+        own = numpy.array([c * t.Get_size() for c, t in zip(send.counts, send.types)], dtype=numpy.int64)
+        nrecv = max(topology.indegree, 1)
+        arrived = numpy.zeros(nrecv, dtype=numpy.int64)
+        send_sizes = Blocks(own.ctypes.data, (1,) * len(own), tuple(8 * k for k in range(len(own))),
+                            (MPI.INT64_T,) * len(own), own)
+        recv_sizes = Blocks(arrived.ctypes.data, (1,) * topology.indegree,
+                            tuple(8 * k for k in range(topology.indegree)),
+                            (MPI.INT64_T,) * topology.indegree, arrived)
+        schedule = bind(pattern, topology, send_sizes, recv_sizes, lambda item: (1, MPI.INT64_T))
+        executor = Executor(state.private, schedule, 0)
+        try:
+            executor.run()
+            return {item: ctypes.c_int64.from_address(piece[0]).value
+                    for item, piece in schedule.received.items()}
+        finally:
+            executor.free()
 
     def _cached_executor(self, collective: str, send, recv, channel: int):
         state = self._sc_state

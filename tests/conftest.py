@@ -1,0 +1,37 @@
+"""Shared test helpers: launching MPI test modules under mpiexec with a timeout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparsecoll.launch import mpiexec_command
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Rank counts every MPI test module runs at (the core issue's list).
+RANK_COUNTS = (1, 2, 3, 4, 5, 8)
+
+
+def run_under_mpi(nprocs: int, test_path: str, *pytest_args: str, timeout: float = 600) -> str:
+    """Run ``pytest test_path`` on ``nprocs`` ranks; fail (never hang) on error or timeout."""
+    program = [sys.executable, "-m", "pytest", str(ROOT / test_path), "-q", "-x", "-p", "no:cacheprovider",
+               "--timeout=240", "--timeout-method=thread", *pytest_args]
+    argv, env, _ = mpiexec_command(nprocs, program)
+    env["PYTHONHASHSEED"] = "0"
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, cwd=ROOT)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"{test_path} on {nprocs} ranks timed out after {timeout}s:\n{output[-6000:]}")
+    if proc.returncode != 0:
+        pytest.fail(f"{test_path} on {nprocs} ranks failed (exit {proc.returncode}):\n{output[-12000:]}")
+    return output
