@@ -19,6 +19,7 @@ from sparsecoll.algorithms import explain_choice, get
 from sparsecoll.algorithms.cartesian import (allgather_schedule, alltoall_schedule, auto_choice,
                                              combining_pattern, trivial_pattern)
 from sparsecoll.cartesian_table import FIGURE2_OFFSETS, PAPER_TABLE1, stencil_offsets, table1_row
+from sparsecoll.cli import main
 from sparsecoll.pattern import stats
 from sparsecoll.topology import PROC_NULL, occurrence_labels
 from sparsecoll.topology.cartesian import Grid, offset_topology, routes
@@ -189,3 +190,15 @@ def test_schedules_are_linear_in_t_d():
 def test_stencil_offsets():
     assert stencil_offsets(2, 3) == [v for v in itertools.product((-1, 0, 1), repeat=2) if v != (0, 0)]
     assert len(stencil_offsets(2, 4)) == 15
+
+
+def test_cartesian_table_command(capsys):
+    assert main(["cartesian-table"]) == 0
+    output = capsys.readouterr().out
+    for (d, n), (t, c, allgather_v, alltoall_v, _) in PAPER_TABLE1.items():
+        cells = f"{d:>2} {n:>2} {t:>6} {c:>4} {allgather_v:>12} {alltoall_v:>11}"
+        assert cells in output, cells
+    figure2 = {" ".join(line.split()[:-2]): int(line.split()[-2]) for line in output.splitlines()
+               if line.endswith(" edges")}
+    assert figure2 == {"plain order (0, 1, 2)": 12, "reversed order (2, 1, 0)": 6,
+                       "increasing C_k order (1, 2, 0)": 6}

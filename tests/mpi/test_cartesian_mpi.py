@@ -1,4 +1,4 @@
-"""Cartesian neighborhoods under MPI (runs on every rank; launched by ``tests/test_cartesian.py``).
+"""Cartesian neighborhoods under MPI (runs on every rank; launched by ``tests/test_mpi.py``).
 
 * the conformance suite (every collective x blocking/nonblocking/persistent, bit for bit
   against the standard's equivalent code and the MPI library) on
