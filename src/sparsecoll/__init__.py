@@ -28,6 +28,6 @@ def is_wrapped(comm) -> bool:
     return isinstance(comm, NeighborhoodMixin)
 
 
-__all__ = ["wrap", "cart_neighborhood_create", "CartNeighborhoodComm", "algorithms", "is_wrapped", "verify", "VerificationError", "Pattern",
-           "ScheduleRequest", "waitall", "Cartcomm", "Graphcomm",
-           "Distgraphcomm", "__version__"]
+__all__ = ["wrap", "cart_neighborhood_create", "CartNeighborhoodComm", "algorithms", "is_wrapped", "verify",
+           "VerificationError", "Pattern", "ScheduleRequest", "waitall", "Cartcomm", "Graphcomm", "Distgraphcomm",
+           "__version__"]
