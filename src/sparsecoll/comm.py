@@ -269,6 +269,7 @@ class NeighborhoodMixin:
         send, recv = self._parse(collective, sendbuf, recvbuf)
         channel = self._sc_state.next_channel(persistent=False)
         executor, release = self._cached_executor(collective, send, recv, channel)
+        executor.active = True
         request = ScheduleRequest(executor, persistent=False,
                                   release=release or _deactivate)
         request.Start()
