@@ -32,6 +32,7 @@ from .buffers import Blocks, parse_simple, parse_vector, parse_w
 from .execute.p2p import Executor, ScheduleRequest
 from .pattern import ALLGATHER, family_of, stats
 from .topology import PROC_NULL, Topology, from_comm
+from .topology import cartesian as cartesian_topology
 
 #: Tags per channel: a pattern may have at most STEP_SPAN - 1 steps (one more for copies).
 STEP_SPAN = 1024
@@ -59,6 +60,7 @@ class SharedState:
         self.topology = topology if topology is not None else from_comm(comm)
         self.patterns: dict = {}
         self.build_seconds: dict = {}
+        self.size_pass: dict = {}
         self.executors: OrderedDict = OrderedDict()
         self.nonblocking_calls = 0
         self.persistent_calls = 0
@@ -105,6 +107,13 @@ class SharedState:
         self.patterns.clear()
         if self.private != MPI.COMM_NULL:
             self.private.Free()
+
+
+def _or_pairs(a, b, datatype=None):
+    return tuple(x or y for x, y in zip(a, b))
+
+
+_OR_PAIRS = MPI.Op.Create(_or_pairs, commute=True)
 
 
 def _delete_state(comm, keyval, state):
@@ -157,13 +166,10 @@ class NeighborhoodMixin:
 
     def pattern(self, collective: str):
         """This rank's Pattern for the family of ``collective`` (built once, collectively)."""
-        family = family_of(collective)
-        name = self.resolved_algorithm(collective)
-        if name == "native":
-            name = "direct"
+        key = self._pattern_key(collective)
+        name, _, family = key
         algorithm = algorithms.get(name)
         state = self._sc_state
-        key = (name, repr(sorted(self._sc_options.items())), family)
         pattern = state.patterns.get(key)
         if pattern is None:
             reason = algorithm.unsupported_reason(state.topology, family)
@@ -176,7 +182,24 @@ class NeighborhoodMixin:
                 raise NotImplementedError(
                     f"algorithm {name!r} built {len(pattern.steps)} steps; at most {STEP_SPAN - 1} are supported")
             state.patterns[key] = pattern
+            # A size pass runs on every rank as soon as one rank needs it, so decide
+            # it once, together: v/w calls need it when any rank stores an item in
+            # transit; regular calls only when such a rank has no block of its own
+            # to take the layout from (no edges at all in the alltoall family).
+            transit = has_transit(pattern, state.topology)
+            blind = transit and family == "alltoall" and not (state.topology.indegree or state.topology.outdegree)
+            state.size_pass[key] = tuple(state.private.allreduce((transit, blind), op=_OR_PAIRS))
         return pattern
+
+    def _pattern_key(self, collective: str) -> tuple:
+        name = self.resolved_algorithm(collective)
+        name = "direct" if name == "native" else name
+        return (name, repr(sorted(self._sc_options.items())), family_of(collective))
+
+    def _needs_size_pass(self, collective: str) -> bool:
+        """Whether binding ``collective`` needs the (collective) size pass."""
+        vector_needs, regular_needs = self._sc_state.size_pass[self._pattern_key(collective)]
+        return regular_needs if collective in ("allgather", "alltoall") else vector_needs
 
     def plan_stats(self, collective: str) -> dict:
         """Deterministic numbers of this rank's schedule for ``collective``'s family.
@@ -186,13 +209,13 @@ class NeighborhoodMixin:
         whatever the algorithm adds. For ``native`` the numbers are those of the
         one-step pattern MPI libraries use.
         """
-        name = self.resolved_algorithm(collective)
         pattern = self.pattern(collective)
-        family = family_of(collective)
-        key_name = "direct" if name == "native" else name
-        key = (key_name, repr(sorted(self._sc_options.items())), family)
-        return {"algorithm": name, **stats(pattern),
-                "build_seconds": self._sc_state.build_seconds.get(key, 0.0)}
+        result = {"algorithm": self.resolved_algorithm(collective), **stats(pattern),
+                  "build_seconds": self._sc_state.build_seconds.get(self._pattern_key(collective), 0.0)}
+        if self._sc_algorithm == "auto":
+            result["auto"] = algorithms.explain_choice(self._sc_state.topology, family_of(collective),
+                                                       self._sc_options)
+        return result
 
     def _parse(self, collective: str, sendbuf, recvbuf):
         topology = self._sc_state.topology
@@ -205,15 +228,15 @@ class NeighborhoodMixin:
         state = self._sc_state
         pattern = self.pattern(collective)
         transit_size = None
-        if has_transit(pattern, state.topology):
-            if collective in ("allgather", "alltoall"):
-                # regular collectives: every block has the local receive (else send) layout
-                reference = recv if len(recv) else send
+        if self._needs_size_pass(collective):
+            sizes = self._size_pass(pattern, send)
+            transit_size = lambda item: (sizes[item], MPI.BYTE)  # noqa: E731
+        elif collective in ("allgather", "alltoall"):
+            # regular collectives: every block has the local receive (else send) layout
+            reference = recv if len(recv) else send
+            if len(reference):
                 layout = (reference.counts[0], reference.types[0])
                 transit_size = lambda item: layout  # noqa: E731
-            else:
-                sizes = self._size_pass(pattern, send)
-                transit_size = lambda item: (sizes[item], MPI.BYTE)  # noqa: E731
         schedule = bind(pattern, state.topology, send, recv, transit_size)
         return Executor(state.private, schedule, channel * STEP_SPAN)
 
@@ -417,7 +440,7 @@ class NeighborhoodMixin:
         self._uncached("allgather", [numpy.array([len(data)], dtype=numpy.int64), MPI.INT64_T],
                        [sizes, MPI.INT64_T])
         received = bytearray(int(sizes.sum()))
-        displs = numpy.concatenate(([0], numpy.cumsum(sizes)[:-1])).astype(numpy.int64)
+        displs = _displacements(sizes)
         self._uncached("allgatherv", [data, MPI.BYTE],
                        [received, (sizes.tolist(), displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
@@ -441,8 +464,8 @@ class NeighborhoodMixin:
         self._uncached("alltoall", [send_sizes, MPI.INT64_T], [recv_sizes, MPI.INT64_T])
         data = b"".join(pickled)
         received = bytearray(int(recv_sizes.sum()))
-        recv_displs = numpy.concatenate(([0], numpy.cumsum(recv_sizes)[:-1])).astype(numpy.int64)
-        send_displs = numpy.concatenate(([0], numpy.cumsum(send_sizes)[:-1])).astype(numpy.int64)
+        recv_displs = _displacements(recv_sizes)
+        send_displs = _displacements(send_sizes)
         self._uncached("alltoallv", [data, (send_sizes.tolist(), send_displs.tolist()), MPI.BYTE],
                        [received, (recv_sizes.tolist(), recv_displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
@@ -462,6 +485,11 @@ class NeighborhoodMixin:
         """Free the communicator and everything sparsecoll attached to it (collective)."""
         self.__dict__.pop("_sc_shared", None)
         super().Free()  # deletes the attribute, which frees the shared state
+
+
+def _displacements(sizes: numpy.ndarray) -> numpy.ndarray:
+    """Contiguous displacements of blocks of the given sizes."""
+    return (numpy.cumsum(sizes) - sizes).astype(numpy.int64)
 
 
 def _deactivate(executor) -> None:
@@ -492,9 +520,13 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     mpi4py class sharing its handle. Wrapping a wrapped communicator returns a new
     wrapper with the new algorithm on the same handle and shared state.
     ``algorithm`` is ``"auto"`` or a name from :func:`sparsecoll.algorithms`;
-    ``options`` are the algorithm's options. ``rebind=True`` binds the schedule anew on
-    every blocking and nonblocking call instead of caching it (the non-persistent mode of
-    the HiPC 2017 paper's evaluation); ``*_init`` requests always bind once.
+    ``options`` are the algorithm's options; ``grid=(dims, periods)`` (or the
+    ``MPI.Cartcomm`` a distributed graph was built on) asks to detect whether the
+    neighborhoods are translations of one offset list on that grid, which enables the
+    Cartesian algorithms (collective; the result is a ``CartNeighborhoodComm``).
+    ``rebind=True`` binds the schedule anew on every blocking and nonblocking call
+    instead of caching it (the non-persistent mode of the HiPC 2017 paper's
+    evaluation); ``*_init`` requests always bind once.
     """
     algorithms.check_name(algorithm)
     if not isinstance(rebind, bool):
@@ -508,9 +540,16 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
                         f"Distgraphcomm), got {type(comm).__name__}")
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
+    if isinstance(comm, NeighborhoodMixin):
+        wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
     state = comm.__dict__.get("_sc_shared") if isinstance(comm, NeighborhoodMixin) else None
     if state is None:
         state = _state_of(comm, topology)
+    if options.get(cartesian_topology.GRID_OPTION) is not None and state.topology.offsets is None:
+        state.topology = cartesian_topology.detect(state.private, state.topology, options[cartesian_topology.GRID_OPTION])
+    if wrapper_class is Distgraphcomm and cartesian_topology.is_cartesian(state.topology):
+        from .cartcomm import CartNeighborhoodComm
+        wrapper_class = CartNeighborhoodComm
     wrapped = wrapper_class(comm)
     wrapped.__dict__["_sc_shared"] = state
     wrapped._sc_algorithm = algorithm
