@@ -14,10 +14,9 @@ from mpi4py import MPI
 
 import sparsecoll
 from sparsecoll.algorithms import check_options
-from sparsecoll.algorithms.common_neighbor import _Messenger, pair_friends, split_common
+from sparsecoll.algorithms.common_neighbor import pair_on_virtual_ranks, split_common
 from sparsecoll.pattern import FAMILIES
 from sparsecoll.sim.harness import build_patterns
-from sparsecoll.sim.world import World
 from sparsecoll.topology import graph_topology
 from sparsecoll.topology.generators import generate
 
@@ -36,22 +35,13 @@ def random_friendships(rng: random.Random, size: int) -> list:
     return weights
 
 
-def run_pairing(weights: list) -> list:
-    """Algorithm 2 on one virtual rank per entry: per rank (friend or None, iterations, messages)."""
-    def body(comm):
-        messenger = _Messenger(comm)
-        friend, iterations = pair_friends(messenger, comm.Get_rank(), weights[comm.Get_rank()])
-        return friend, iterations, messenger.sent
-    return World(len(weights)).run(body)
-
-
 def test_pairing_terminates_and_is_mutual_on_thousands_of_graphs():
     rng = random.Random(2017)
     graphs = 0
     for _ in range(2000):
         size = rng.randint(2, 12)
         weights = random_friendships(rng, size)
-        results = run_pairing(weights)  # a livelock would hit the timeout, a deadlock raises
+        results = pair_on_virtual_ranks(weights)  # a livelock would hit the timeout, a deadlock raises
         graphs += 1
         for p, (friend, iterations, _) in enumerate(results):
             if friend is None:
@@ -67,7 +57,7 @@ def test_pairing_terminates_and_is_mutual_on_thousands_of_graphs():
 
 
 def test_pairing_without_friends_sends_nothing():
-    assert run_pairing([{}, {}, {}]) == [(None, 0, 0)] * 3
+    assert pair_on_virtual_ranks([{}, {}, {}]) == [(None, 0, 0)] * 3
 
 
 def test_split_common_conditions_1_to_4():

@@ -221,6 +221,21 @@ def pair_friends(messenger: _Messenger, me: int, weights: dict) -> tuple:
             return (choice if paired else None), iterations
 
 
+def pair_on_virtual_ranks(weights_by_rank) -> list:
+    """Algorithm 2 alone on one virtual rank per entry (tests and sweeps).
+
+    ``weights_by_rank[p]`` maps each friend of ``p`` to the common-neighbor count (must be
+    symmetric). Returns per rank ``(friend or None, iteration it ended in, messages sent)``.
+    """
+    from ..sim.world import World
+
+    def body(comm):
+        messenger = _Messenger(comm)
+        friend, iterations = pair_friends(messenger, comm.Get_rank(), weights_by_rank[comm.Get_rank()])
+        return friend, iterations, messenger.sent
+    return World(len(weights_by_rank)).run(body)
+
+
 class _Steps:
     """Sends and receives per step index, turned into a Pattern at the end."""
 
