@@ -234,3 +234,22 @@ def test_vector_layouts_round_trip(counts, gaps, dtype):
     a = numpy.zeros(max(cursor, 1), dtype=dtype)
     b = parse_vector([a, (counts, displs)], len(counts), readonly=False, arg="recvbuf")
     assert b.counts == tuple(counts) and b.displs == tuple(d * a.itemsize for d in displs)
+
+
+class _DLPackOnly:
+    """An array reachable only through the DLPack protocol."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_dlpack_buffers_infer_their_datatype():
+    array = numpy.zeros(6, dtype="f8")
+    blocks = parse_simple(_DLPackOnly(array), 3, readonly=False, arg="recvbuf")
+    assert blocks.types[0] == MPI.DOUBLE and blocks.counts == (2, 2, 2) and blocks.address == array.ctypes.data

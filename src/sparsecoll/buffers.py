@@ -107,10 +107,15 @@ def _format_datatype(obj, buf, arg: str) -> MPI.Datatype:
     try:
         fmt = memoryview(obj).format
     except TypeError:
+        import numpy
         cai = getattr(obj, "__cuda_array_interface__", None)
         if cai is not None:
-            import numpy
             fmt = numpy.dtype(cai["typestr"]).char
+        elif hasattr(obj, "__dlpack__"):
+            try:
+                fmt = numpy.from_dlpack(obj).dtype.char
+            except (TypeError, RuntimeError, BufferError):
+                fmt = None
     if fmt is None:
         raise TypeError(f"{arg}: cannot infer a datatype from {type(obj).__name__}; pass one explicitly")
     if fmt and fmt[0] in "@=<>!":
