@@ -59,6 +59,7 @@ class SharedState:
         self.topology = topology if topology is not None else from_comm(comm)
         self.patterns: dict = {}
         self.build_seconds: dict = {}
+        self.size_pass: dict = {}
         self.executors: OrderedDict = OrderedDict()
         self.nonblocking_calls = 0
         self.persistent_calls = 0
@@ -105,6 +106,13 @@ class SharedState:
         self.patterns.clear()
         if self.private != MPI.COMM_NULL:
             self.private.Free()
+
+
+def _or_pairs(a, b, datatype=None):
+    return tuple(x or y for x, y in zip(a, b))
+
+
+_OR_PAIRS = MPI.Op.Create(_or_pairs, commute=True)
 
 
 def _delete_state(comm, keyval, state):
@@ -156,13 +164,10 @@ class NeighborhoodMixin:
 
     def pattern(self, collective: str):
         """This rank's Pattern for the family of ``collective`` (built once, collectively)."""
-        family = family_of(collective)
-        name = self.resolved_algorithm(collective)
-        if name == "native":
-            name = "direct"
+        key = self._pattern_key(collective)
+        name, _, family = key
         algorithm = algorithms.get(name)
         state = self._sc_state
-        key = (name, repr(sorted(self._sc_options.items())), family)
         pattern = state.patterns.get(key)
         if pattern is None:
             reason = algorithm.unsupported_reason(state.topology, family)
@@ -175,7 +180,24 @@ class NeighborhoodMixin:
                 raise NotImplementedError(
                     f"algorithm {name!r} built {len(pattern.steps)} steps; at most {STEP_SPAN - 1} are supported")
             state.patterns[key] = pattern
+            # A size pass runs on every rank as soon as one rank needs it, so decide
+            # it once, together: v/w calls need it when any rank stores an item in
+            # transit; regular calls only when such a rank has no block of its own
+            # to take the layout from (no edges at all in the alltoall family).
+            transit = has_transit(pattern, state.topology)
+            blind = transit and family == "alltoall" and not (state.topology.indegree or state.topology.outdegree)
+            state.size_pass[key] = tuple(state.private.allreduce((transit, blind), op=_OR_PAIRS))
         return pattern
+
+    def _pattern_key(self, collective: str) -> tuple:
+        name = self.resolved_algorithm(collective)
+        name = "direct" if name == "native" else name
+        return (name, repr(sorted(self._sc_options.items())), family_of(collective))
+
+    def _needs_size_pass(self, collective: str) -> bool:
+        """Whether binding ``collective`` needs the (collective) size pass."""
+        vector_needs, regular_needs = self._sc_state.size_pass[self._pattern_key(collective)]
+        return regular_needs if collective in ("allgather", "alltoall") else vector_needs
 
     def plan_stats(self, collective: str) -> dict:
         """Deterministic numbers of this rank's schedule for ``collective``'s family.
@@ -185,13 +207,9 @@ class NeighborhoodMixin:
         whatever the algorithm adds. For ``native`` the numbers are those of the
         one-step pattern MPI libraries use.
         """
-        name = self.resolved_algorithm(collective)
         pattern = self.pattern(collective)
-        family = family_of(collective)
-        key_name = "direct" if name == "native" else name
-        key = (key_name, repr(sorted(self._sc_options.items())), family)
-        return {"algorithm": name, **stats(pattern),
-                "build_seconds": self._sc_state.build_seconds.get(key, 0.0)}
+        return {"algorithm": self.resolved_algorithm(collective), **stats(pattern),
+                "build_seconds": self._sc_state.build_seconds.get(self._pattern_key(collective), 0.0)}
 
     def _parse(self, collective: str, sendbuf, recvbuf):
         topology = self._sc_state.topology
@@ -204,15 +222,15 @@ class NeighborhoodMixin:
         state = self._sc_state
         pattern = self.pattern(collective)
         transit_size = None
-        if has_transit(pattern, state.topology):
-            if collective in ("allgather", "alltoall"):
-                # regular collectives: every block has the local receive (else send) layout
-                reference = recv if len(recv) else send
+        if self._needs_size_pass(collective):
+            sizes = self._size_pass(pattern, send)
+            transit_size = lambda item: (sizes[item], MPI.BYTE)  # noqa: E731
+        elif collective in ("allgather", "alltoall"):
+            # regular collectives: every block has the local receive (else send) layout
+            reference = recv if len(recv) else send
+            if len(reference):
                 layout = (reference.counts[0], reference.types[0])
                 transit_size = lambda item: layout  # noqa: E731
-            else:
-                sizes = self._size_pass(pattern, send)
-                transit_size = lambda item: (sizes[item], MPI.BYTE)  # noqa: E731
         schedule = bind(pattern, state.topology, send, recv, transit_size)
         return Executor(state.private, schedule, channel * STEP_SPAN)
 
@@ -265,6 +283,7 @@ class NeighborhoodMixin:
         send, recv = self._parse(collective, sendbuf, recvbuf)
         channel = self._sc_state.next_channel(persistent=False)
         executor, release = self._cached_executor(collective, send, recv, channel)
+        executor.active = True
         request = ScheduleRequest(executor, persistent=False,
                                   release=release or _deactivate)
         request.Start()

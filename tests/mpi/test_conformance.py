@@ -18,7 +18,7 @@ import sparsecoll
 from sparsecoll.algorithms import REGISTRY
 from sparsecoll.pattern import family_of
 
-from . import cases
+from . import cases, relay  # noqa: F401  (registers the test-only relay algorithm)
 
 COLLECTIVES = ("allgather", "allgatherv", "allgatherw", "alltoall", "alltoallv", "alltoallw")
 BASE_COUNTS = (0, 1, 5)

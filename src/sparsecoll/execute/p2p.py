@@ -44,10 +44,8 @@ class Executor:
         self.steps = []
         self.active = False
         for s, (sends, recvs) in enumerate(schedule.steps):
-            requests = [comm.Recv_init([MPI.BOTTOM, 1, self._datatype(m.pieces)], m.peer, tag_base + s)
-                        for m in recvs]
-            requests += [comm.Send_init([MPI.BOTTOM, 1, self._datatype(m.pieces)], m.peer, tag_base + s)
-                         for m in sends]
+            requests = [comm.Recv_init(self._buffer(m.pieces), m.peer, tag_base + s) for m in recvs]
+            requests += [comm.Send_init(self._buffer(m.pieces), m.peer, tag_base + s) for m in sends]
             if requests:
                 self.steps.append(requests)
         if schedule.copies:
@@ -55,14 +53,24 @@ class Executor:
             tag = tag_base + len(schedule.steps)
             requests = []
             for src, dst in schedule.copies:
-                requests.append(comm.Recv_init([MPI.BOTTOM, 1, self._datatype((dst,))], me, tag))
-                requests.append(comm.Send_init([MPI.BOTTOM, 1, self._datatype((src,))], me, tag))
+                requests.append(comm.Recv_init(self._buffer((dst,)), me, tag))
+                requests.append(comm.Send_init(self._buffer((src,)), me, tag))
             self.steps.append(requests)
 
-    def _datatype(self, pieces) -> MPI.Datatype:
+    def _buffer(self, pieces) -> list:
+        """The mpi4py message of one bound message.
+
+        A message of one piece is sent straight from its address with the user's
+        count and datatype, as the MPI library itself would (MPICH handles that
+        faster than a struct over ``MPI.BOTTOM``); several pieces become one struct.
+        """
+        if len(pieces) == 1:
+            address, count, datatype = pieces[0]
+            if address != 0:
+                return [MPI.buffer.fromaddress(address, 1), count, datatype]
         datatype = message_datatype(pieces)
         self._datatypes.append(datatype)
-        return datatype
+        return [MPI.BOTTOM, 1, datatype]
 
     def run(self) -> None:
         """Run all steps to completion (a blocking collective)."""
@@ -92,28 +100,26 @@ class ScheduleRequest:
     ``direct`` algorithm) progresses like plain MPI point-to-point requests.
     """
 
+    __slots__ = ("_executor", "_steps", "_persistent", "_release", "_step", "_freed")
+
     def __init__(self, executor: Executor, *, persistent: bool, release=None):
         self._executor = executor
+        self._steps = executor.steps
         self._persistent = persistent
         self._release = release
-        self._step = -1  # -1: inactive
+        self._step = -1  # -1: inactive; else the step in flight
         self._freed = False
 
-    # -- persistent start --------------------------------------------------------
     def Start(self) -> None:
         """Start (or restart) the collective; new buffer contents are picked up."""
-        if self._freed:
-            raise RuntimeError("request: Start() on a freed request")
-        if self._step >= 0:
-            raise RuntimeError("request: Start() on an active request; Wait() for it first")
-        self._executor.active = True
+        if self._step >= 0 or self._freed:
+            raise RuntimeError("request: Start() on an active or freed request")
         self._step = 0
-        if self._executor.steps:
-            _Startall(self._executor.steps[0])
+        if self._steps:
+            _Startall(self._steps[0])
 
     def _finish(self) -> None:
         self._step = -1
-        self._executor.active = False
         if not self._persistent:
             self._release_executor()
 
@@ -130,7 +136,7 @@ class ScheduleRequest:
         """Advance the schedule without blocking; True once the collective is complete."""
         if self._step < 0:
             return True
-        steps = self._executor.steps
+        steps = self._steps
         while self._step < len(steps):
             if not _Testall(steps[self._step]):
                 return False
@@ -142,15 +148,20 @@ class ScheduleRequest:
 
     def Wait(self, status=None) -> bool:
         """Block until the collective is complete."""
-        if self._step < 0:
+        step = self._step
+        if step < 0:
             return True
-        steps = self._executor.steps
-        while self._step < len(steps):
-            _Waitall(steps[self._step])
-            self._step += 1
-            if self._step < len(steps):
-                _Startall(steps[self._step])
-        self._finish()
+        steps = self._steps
+        last = len(steps) - 1
+        while step < last:
+            _Waitall(steps[step])
+            step += 1
+            _Startall(steps[step])
+        if step == last:
+            _Waitall(steps[step])
+        self._step = -1
+        if not self._persistent:
+            self._release_executor()
         return True
 
     def Free(self) -> None:
