@@ -39,9 +39,10 @@ Readings and deviations (the pseudo-code is ambiguous or inconsistent in places)
    every rank (``halving_depth(n, L)``), earlier steps of ranks that stopped are empty.
 2. Ties between candidates are broken by a key both ends of a pair compute alike
    (shared count, then closeness of the two ranks' positions in their halves, then the
-   ranks), a strict order on pairs. Without it ties (Moore neighborhoods) can deadlock
-   the negotiation (a waits for b, b for c, ... for a); with it the heaviest open pair
-   always completes, and equal-position pairing spreads the load. Algorithm 3's tests
+   ranks): a strict order on pairs, so the heaviest open pair always completes and the
+   negotiation cannot wait in a cycle (a on b, b on c, ... back to a), which orders the
+   two ends disagree on (per-rank random tie-breaks) allow. Equal positions are the
+   partners of the classic distance-halving exchange. Algorithm 3's tests
    ``selected_origin != -1`` (lines 31, 45) are read as ``== -1`` (no origin chosen yet),
    and each candidate gets exactly one signal from us (Algorithm 2 line 34 would send a
    second EXIT to a candidate that DROPs after our ACCEPT).
