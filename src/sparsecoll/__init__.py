@@ -7,6 +7,7 @@ semantics but runs schedules built by published message-combining algorithms.
 from __future__ import annotations
 
 from . import algorithms as _registry
+from .cartcomm import CartNeighborhoodComm, cart_neighborhood_create
 from .comm import Cartcomm, Distgraphcomm, Graphcomm, NeighborhoodMixin, wrap
 from .execute.p2p import ScheduleRequest, waitall
 from .pattern import Pattern
@@ -27,5 +28,6 @@ def is_wrapped(comm) -> bool:
     return isinstance(comm, NeighborhoodMixin)
 
 
-__all__ = ["wrap", "algorithms", "is_wrapped", "verify", "VerificationError", "Pattern",
-           "ScheduleRequest", "waitall", "Cartcomm", "Graphcomm", "Distgraphcomm", "__version__"]
+__all__ = ["wrap", "cart_neighborhood_create", "CartNeighborhoodComm", "algorithms", "is_wrapped", "verify",
+           "VerificationError", "Pattern", "ScheduleRequest", "waitall", "Cartcomm", "Graphcomm", "Distgraphcomm",
+           "__version__"]

@@ -26,9 +26,6 @@ from numbers import Integral
 
 from mpi4py import MPI
 
-#: Handles of derived datatypes already seen committed (uncommitted use is checked once).
-_COMMITTED: set = set()
-
 
 @dataclass(frozen=True, eq=False)
 class Blocks:
@@ -81,18 +78,27 @@ def as_datatype(obj, arg: str) -> MPI.Datatype:
         raise TypeError(f"{arg}: expected an MPI.Datatype or a typecode string, got {type(obj).__name__}")
     if obj == MPI.DATATYPE_NULL:
         raise ValueError(f"{arg}: datatype is MPI.DATATYPE_NULL")
-    if not obj.is_predefined and obj.handle not in _COMMITTED:
-        try:
-            obj.Pack(bytearray(0), bytearray(1), 0, MPI.COMM_SELF)
-        except MPI.Exception:
-            raise ValueError(f"{arg}: datatype is not committed (call Commit() first) or invalid") from None
-        _COMMITTED.add(obj.handle)
+    if not obj.is_predefined and not _is_committed(obj):
+        raise ValueError(f"{arg}: datatype is not committed (call Commit() first) or invalid")
     return obj
 
 
-def forget_datatype(datatype: MPI.Datatype) -> None:
-    """Drop a freed datatype handle from the committed-check cache."""
-    _COMMITTED.discard(datatype.handle)
+def _is_committed(datatype: MPI.Datatype) -> bool:
+    """MPI has no query for this: pack one element, which MPI refuses for uncommitted types.
+
+    Checked on every call, not cached by handle: MPI reuses the handles of freed types.
+    """
+    _, extent = datatype.Get_extent()
+    true_lb, true_extent = datatype.Get_true_extent()
+    if extent <= 0 or true_lb < 0:
+        probe = bytearray(0)  # cannot lay out one element in a plain buffer: count 0
+    else:
+        probe = bytearray(max(extent, true_lb + true_extent))
+    try:
+        datatype.Pack(probe, bytearray(max(datatype.Get_size(), 1) * 2), 0, MPI.COMM_SELF)
+    except MPI.Exception:
+        return False
+    return True
 
 
 def _format_datatype(obj, buf, arg: str) -> MPI.Datatype:
@@ -346,7 +352,9 @@ def parse_w(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
         raise TypeError(f"{arg}: datatypes must be a sequence of MPI datatypes") from None
     if len(datatypes) != blocks:
         raise ValueError(f"{arg}: expected {blocks} datatypes (one per neighbor), got {len(datatypes)}")
-    types = tuple(as_datatype(t, f"{arg}: datatypes[{i}]") for i, t in enumerate(datatypes))
+    checked = {}  # a datatype object repeated across blocks is checked once
+    types = tuple(checked[id(t)] if id(t) in checked else checked.setdefault(id(t), as_datatype(t, f"{arg}: datatypes[{i}]"))
+                  for i, t in enumerate(datatypes))
     result = Blocks(address, counts, displs, types, buf_obj)
     if not bottom:
         _check_bounds(result, nbytes, arg)

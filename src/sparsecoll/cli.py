@@ -15,6 +15,8 @@ SUBCOMMANDS = {
     "demo": ("sparsecoll.demo", "wrap a communicator, run every collective with direct and native, compare"),
     "calibrate": ("sparsecoll.model.calibrate", "measure Hockney alpha and beta by ping-pong, write a parameter file"),
     "simulate": ("sparsecoll.sim.simulate", "build algorithms on virtual ranks, verify, predict latencies with a cost model"),
+    "cartesian-table": ("sparsecoll.cartesian_table",
+                        "the Cartesian paper's Table 1 and Figure 2, counted on sparsecoll's schedules"),
 }
 
 

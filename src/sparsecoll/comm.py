@@ -32,6 +32,7 @@ from .buffers import Blocks, parse_simple, parse_vector, parse_w
 from .execute.p2p import Executor, ScheduleRequest
 from .pattern import ALLGATHER, family_of, stats
 from .topology import PROC_NULL, Topology, from_comm
+from .topology import cartesian as cartesian_topology
 
 #: Tags per channel: a pattern may have at most STEP_SPAN - 1 steps (one more for copies).
 STEP_SPAN = 1024
@@ -208,8 +209,12 @@ class NeighborhoodMixin:
         one-step pattern MPI libraries use.
         """
         pattern = self.pattern(collective)
-        return {"algorithm": self.resolved_algorithm(collective), **stats(pattern),
-                "build_seconds": self._sc_state.build_seconds.get(self._pattern_key(collective), 0.0)}
+        result = {"algorithm": self.resolved_algorithm(collective), **stats(pattern),
+                  "build_seconds": self._sc_state.build_seconds.get(self._pattern_key(collective), 0.0)}
+        if self._sc_algorithm == "auto":
+            result["auto"] = algorithms.explain_choice(self._sc_state.topology, family_of(collective),
+                                                       self._sc_options)
+        return result
 
     def _parse(self, collective: str, sendbuf, recvbuf):
         topology = self._sc_state.topology
@@ -431,7 +436,7 @@ class NeighborhoodMixin:
         self._uncached("allgather", [numpy.array([len(data)], dtype=numpy.int64), MPI.INT64_T],
                        [sizes, MPI.INT64_T])
         received = bytearray(int(sizes.sum()))
-        displs = numpy.concatenate(([0], numpy.cumsum(sizes)[:-1])).astype(numpy.int64)
+        displs = _displacements(sizes)
         self._uncached("allgatherv", [data, MPI.BYTE],
                        [received, (sizes.tolist(), displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
@@ -455,8 +460,8 @@ class NeighborhoodMixin:
         self._uncached("alltoall", [send_sizes, MPI.INT64_T], [recv_sizes, MPI.INT64_T])
         data = b"".join(pickled)
         received = bytearray(int(recv_sizes.sum()))
-        recv_displs = numpy.concatenate(([0], numpy.cumsum(recv_sizes)[:-1])).astype(numpy.int64)
-        send_displs = numpy.concatenate(([0], numpy.cumsum(send_sizes)[:-1])).astype(numpy.int64)
+        recv_displs = _displacements(recv_sizes)
+        send_displs = _displacements(send_sizes)
         self._uncached("alltoallv", [data, (send_sizes.tolist(), send_displs.tolist()), MPI.BYTE],
                        [received, (recv_sizes.tolist(), recv_displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
@@ -476,6 +481,11 @@ class NeighborhoodMixin:
         """Free the communicator and everything sparsecoll attached to it (collective)."""
         self.__dict__.pop("_sc_shared", None)
         super().Free()  # deletes the attribute, which frees the shared state
+
+
+def _displacements(sizes: numpy.ndarray) -> numpy.ndarray:
+    """Contiguous displacements of blocks of the given sizes."""
+    return (numpy.cumsum(sizes) - sizes).astype(numpy.int64)
 
 
 def _deactivate(executor) -> None:
@@ -505,7 +515,10 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, **o
     mpi4py class sharing its handle. Wrapping a wrapped communicator returns a new
     wrapper with the new algorithm on the same handle and shared state.
     ``algorithm`` is ``"auto"`` or a name from :func:`sparsecoll.algorithms`;
-    ``options`` are the algorithm's options.
+    ``options`` are the algorithm's options; ``grid=(dims, periods)`` (or the
+    ``MPI.Cartcomm`` a distributed graph was built on) asks to detect whether the
+    neighborhoods are translations of one offset list on that grid, which enables the
+    Cartesian algorithms (collective; the result is a ``CartNeighborhoodComm``).
     """
     algorithms.check_name(algorithm)
     options = algorithms.check_options(algorithm, options)
@@ -517,9 +530,16 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, **o
                         f"Distgraphcomm), got {type(comm).__name__}")
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
+    if isinstance(comm, NeighborhoodMixin):
+        wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
     state = comm.__dict__.get("_sc_shared") if isinstance(comm, NeighborhoodMixin) else None
     if state is None:
         state = _state_of(comm, topology)
+    if options.get(cartesian_topology.GRID_OPTION) is not None and state.topology.offsets is None:
+        state.topology = cartesian_topology.detect(state.private, state.topology, options[cartesian_topology.GRID_OPTION])
+    if wrapper_class is Distgraphcomm and cartesian_topology.is_cartesian(state.topology):
+        from .cartcomm import CartNeighborhoodComm
+        wrapper_class = CartNeighborhoodComm
     wrapped = wrapper_class(comm)
     wrapped.__dict__["_sc_shared"] = state
     wrapped._sc_algorithm = algorithm

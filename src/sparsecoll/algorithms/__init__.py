@@ -67,7 +67,18 @@ def check_name(name) -> str:
 
 def choose(topology, family: str, options: dict) -> str:
     """The algorithm ``"auto"`` runs for this topology and family."""
-    return "direct"
+    return explain_choice(topology, family, options)["algorithm"]
+
+
+def explain_choice(topology, family: str, options: dict) -> dict:
+    """The choice of ``"auto"`` with its reasons (``plan_stats`` reports it under ``"auto"``).
+
+    Isomorphic (Cartesian) neighborhoods: the Hockney model decides between message
+    combining and one message per neighbor (:func:`.cartesian.auto_choice`). Others: ``direct``.
+    """
+    if _cartesian.unsupported(topology) is None:
+        return _cartesian.auto_choice(topology, family, options)
+    return {"algorithm": "direct"}
 
 
 def check_options(name: str, options: dict) -> dict:
@@ -84,4 +95,5 @@ def check_options(name: str, options: dict) -> dict:
 
 from . import direct as _direct  # noqa: E402,F401  (registers)
 from . import native as _native  # noqa: E402,F401  (registers)
+from . import cartesian as _cartesian  # noqa: E402  (registers)
 from . import distance_halving as _distance_halving  # noqa: E402,F401  (registers)

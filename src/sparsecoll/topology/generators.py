@@ -25,6 +25,7 @@ A topology SPEC string names a generator and its parameters:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Optional
@@ -55,8 +56,12 @@ class Adjacency:
         if self.dims is not None:
             extra["dims"] = self.dims
             extra["coords"] = coords_of(rank, self.dims)
-        return graph_topology(rank, self.size, self.sources[rank], self.destinations[rank],
-                              offsets=self.offsets, extra=extra)
+        topology = graph_topology(rank, self.size, self.sources[rank], self.destinations[rank],
+                                  offsets=self.offsets, extra=extra)
+        if self.dims is None:
+            return topology
+        # a periodic grid: the Cartesian algorithms run on it
+        return dataclasses.replace(topology, cart=(self.dims, (True,) * len(self.dims), extra["coords"]))
 
     def topologies(self) -> list:
         """The Topologies of all ranks."""

@@ -1,0 +1,264 @@
+"""Cartesian neighborhoods under MPI (runs on every rank; launched by ``tests/test_mpi.py``).
+
+* the conformance suite (every collective x blocking/nonblocking/persistent, bit for bit
+  against the standard's equivalent code and the MPI library) on
+  ``cart_neighborhood_create`` communicators, where it runs ``cartesian`` and
+  ``cartesian_trivial`` beside ``native`` and ``direct``;
+* isomorphism detection on distributed graphs (``wrap(..., grid=...)``);
+* the helpers (relative ranks, shifts, coordinates, neighbor queries) against MPI's own
+  Cartesian communicator;
+* bad arguments: the same clear error on every rank, no hang.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from mpi4py import MPI
+
+import sparsecoll
+
+from .test_conformance import check_topology
+
+pytestmark = pytest.mark.timeout(240)
+
+WORLD = MPI.COMM_WORLD
+
+
+def stencil(d: int, n: int = 3, f: int = -1, zero: bool = False) -> list:
+    """All d-vectors with coordinates in f..f+n-1 (without the zero vector unless ``zero``)."""
+    return [v for v in itertools.product(range(f, f + n), repeat=d) if zero or any(v)]
+
+
+def _two_dims(p: int) -> list:
+    return [2, p // 2] if p % 2 == 0 else [p, 1]
+
+
+FIVE_POINT = [(0, 1), (0, -1), (-1, 0), (1, 0)]
+
+#: name -> (dims for a world of size p, periods, offsets)
+CARTESIAN_CASES = {
+    "9pt_2d_torus": (lambda p: MPI.Compute_dims(p, 2), [True, True], stencil(2)),
+    "5pt_2d_open": (lambda p: MPI.Compute_dims(p, 2), [False, False], FIVE_POINT),
+    "27pt_3d_torus": (lambda p: MPI.Compute_dims(p, 3), [True] * 3, stencil(3)),
+    "27pt_3d_open": (lambda p: MPI.Compute_dims(p, 3), [False] * 3, stencil(3)),
+    "asym_n4_2d_mixed": (lambda p: MPI.Compute_dims(p, 2), [True, False], stencil(2, 4)),
+    "repeats_and_zero": (lambda p: MPI.Compute_dims(p, 2), [False, True],
+                         stencil(2, zero=True) + [(0, 0), (1, -1), (0, 1), (1, -1)]),
+    "dims_1_and_p": (lambda p: [1, p], [True, False], stencil(2)),
+    "dims_2_torus": (lambda p: _two_dims(p), [True, True], stencil(2) + [(2, 0), (0, 3)]),
+}
+
+
+def _create(name: str, algorithm: str = "auto"):
+    dims_of, periods, offsets = CARTESIAN_CASES[name]
+    return sparsecoll.cart_neighborhood_create(WORLD, dims_of(WORLD.Get_size()), periods, offsets,
+                                               algorithm=algorithm)
+
+
+def _agree(failures: list) -> None:
+    everyone_ok = WORLD.allreduce(not failures, op=MPI.LAND)
+    assert not failures, "\n".join(failures[:10])
+    assert everyone_ok, "another rank saw a mismatch"
+
+
+@pytest.mark.parametrize("name", sorted(CARTESIAN_CASES))
+def test_conformance_on_cartesian_neighborhoods(name):
+    comm = _create(name)
+    raw = MPI.Distgraphcomm(comm)  # the plain mpi4py view: native calls go to MPI
+    try:
+        assert {"cartesian", "cartesian_trivial"} <= set(sparsecoll.algorithms())
+        assert comm.topology.offsets is not None
+        _agree(check_topology(raw))
+    finally:
+        comm.Free()
+
+
+def _stencil_graph(dims, periods, offsets, seed: int):
+    """A plain MPI dist graph of R + offsets / R - offsets, neighbors listed in a random order per rank."""
+    cart = WORLD.Create_cart(dims, periods)
+    rank = cart.Get_rank()
+    coords = cart.Get_coords(rank)
+
+    def at(vector, sign):
+        target = []
+        for c, n, extent, periodic in zip(coords, vector, dims, periods):
+            c += sign * n
+            if periodic:
+                c %= extent
+            elif not 0 <= c < extent:
+                return None
+            target.append(c)
+        return cart.Get_cart_rank(target)
+
+    rng = random.Random(seed + rank)
+    destinations = [r for r in (at(v, +1) for v in offsets) if r is not None]
+    sources = [r for r in (at(v, -1) for v in offsets) if r is not None]
+    rng.shuffle(destinations)
+    rng.shuffle(sources)
+    return cart, cart.Create_dist_graph_adjacent(sources, destinations)
+
+
+@pytest.mark.parametrize("periods", [[True, True], [False, True]])
+def test_detection_of_isomorphic_dist_graph(periods):
+    dims = MPI.Compute_dims(WORLD.Get_size(), 2)
+    offsets = stencil(2, 4) + [(1, 1)]
+    cart, graph = _stencil_graph(dims, periods, offsets, seed=3)
+    try:
+        comm = sparsecoll.wrap(graph, "auto", grid=cart)
+        assert isinstance(comm, sparsecoll.CartNeighborhoodComm)
+        assert comm.topology.offsets is not None
+        assert comm.plan_stats("alltoall")["auto"]["combining_rounds"] <= 6
+        _agree(check_topology(MPI.Distgraphcomm(graph)))
+    finally:
+        graph.Free()
+        cart.Free()
+
+
+def test_detection_rejects_other_graphs():
+    p = WORLD.Get_size()
+    rank = WORLD.Get_rank()
+    # A ring in which rank 0 also talks to itself: not one offset list.
+    extra = [0] if rank == 0 else []
+    graph = WORLD.Create_dist_graph_adjacent([(rank - 1) % p] + extra, [(rank + 1) % p] + extra)
+    try:
+        comm = sparsecoll.wrap(graph, "auto", grid=([p], [True]))
+        if p > 1:
+            assert comm.topology.offsets is None
+            assert "not translations" in comm.topology.extra["cartesian"]
+            with pytest.raises(NotImplementedError, match="not translations"):
+                sparsecoll.wrap(graph, "cartesian").Neighbor_alltoall([bytearray(8), MPI.INT], [bytearray(8), MPI.INT])
+            assert comm.plan_stats("alltoall")["algorithm"] == "direct"
+    finally:
+        graph.Free()
+
+
+def test_helpers_agree_with_mpi_cartesian_communicators():
+    p = WORLD.Get_size()
+    dims = MPI.Compute_dims(p, 3)
+    periods = [True, False, True]
+    offsets = stencil(3) + [(0, 0, 0)]
+    comm = sparsecoll.cart_neighborhood_create(WORLD, dims, periods, offsets, weights=list(range(len(offsets))))
+    cart = WORLD.Create_cart(dims, periods)
+    try:
+        assert comm.neighbor_count() == len(offsets)
+        sources, source_weights, dests, dest_weights = comm.neighbor_get()
+        mpi_sources, mpi_dests, (mpi_sw, mpi_dw) = comm.Get_dist_neighbors()
+        assert (sources, dests, source_weights, dest_weights) == (
+            list(mpi_sources), list(mpi_dests), list(mpi_sw), list(mpi_dw))
+        for dim in range(3):
+            unit = tuple(int(k == dim) for k in range(3))
+            assert comm.relative_shift(unit) == cart.Shift(dim, 1)
+            assert comm.relative_rank(unit) == cart.Shift(dim, 1)[1]
+        for other in range(p):
+            offset = comm.relative_coord(other)
+            assert comm.relative_rank(offset) == other
+        with pytest.raises(ValueError, match="coordinates"):
+            comm.relative_rank((1, 0))
+        again = sparsecoll.wrap(comm, "cartesian_trivial")
+        assert type(again) is sparsecoll.CartNeighborhoodComm and again.offsets == comm.offsets
+    finally:
+        cart.Free()
+        comm.Free()
+
+
+def test_plan_stats_of_stencils():
+    p = WORLD.Get_size()
+    cases = {2: stencil(2), 3: stencil(3)}
+    for d, offsets in cases.items():
+        comm = sparsecoll.cart_neighborhood_create(WORLD, [p] + [1] * (d - 1), [True] * d, offsets)
+        try:
+            for family in ("allgather", "alltoall"):
+                combining = sparsecoll.wrap(comm, "cartesian").plan_stats(family)
+                trivial = sparsecoll.wrap(comm, "cartesian_trivial").plan_stats(family)
+                # Only dimension 0 has more than one process: offsets differing in other
+                # coordinates coincide, and a single-process dimension costs no round.
+                distinct = len({v[0] % p for v in offsets if v[0] % p}) if p > 1 else 0
+                assert combining["sends"] == distinct and combining["steps"] == (1 if distinct else 0)
+                assert trivial["steps"] == sum(1 for v in offsets if v[0] % p)
+        finally:
+            comm.Free()
+
+
+def _expect_error_everywhere(exception, match, **kwargs):
+    arguments = {"comm": WORLD, "dims": [WORLD.Get_size()], "periods": [True], "offsets": [(1,), (-1,)]}
+    arguments.update(kwargs)
+    with pytest.raises(exception, match=match):
+        sparsecoll.cart_neighborhood_create(**arguments)
+    WORLD.Barrier()  # nobody hangs: every rank got here
+
+
+def test_bad_input_wrong_offset_dimension():
+    _expect_error_everywhere(ValueError, "has 2 coordinates", offsets=[(1,), (1, 0)])
+
+
+def test_bad_input_different_offsets_on_one_rank():
+    last = WORLD.Get_size() - 1
+    offsets = [(1,), (2,)] if WORLD.Get_rank() == last and last > 0 else [(1,), (-1,)]
+    if last == 0:
+        pytest.skip("needs two ranks")
+    _expect_error_everywhere(ValueError, "different values", offsets=offsets)
+
+
+def test_bad_input_non_integer_offset_on_one_rank():
+    offsets = [(1.5,)] if WORLD.Get_rank() == WORLD.Get_size() - 1 else [(1,)]
+    _expect_error_everywhere(TypeError, "expected an integer", offsets=offsets)
+
+
+def test_bad_input_dims_do_not_multiply_to_size():
+    _expect_error_everywhere(ValueError, "multiply to", dims=[WORLD.Get_size() + 1])
+
+
+def test_bad_input_grid_option():
+    graph = WORLD.Create_dist_graph_adjacent([], [])
+    try:
+        with pytest.raises(ValueError, match="multiply to"):
+            sparsecoll.wrap(graph, "auto", grid=([WORLD.Get_size(), 2], [True, True]))
+        WORLD.Barrier()
+    finally:
+        graph.Free()
+
+
+def _halo_example():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "examples" / "halo_9point.py"
+    spec = importlib.util.spec_from_file_location("halo_9point", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("algorithm", ["cartesian", "cartesian_trivial", "native"])
+@pytest.mark.parametrize("grid", ["periodic", "open"])
+def test_halo_9point_example_matches_serial(algorithm, grid):
+    arguments = ["--algorithm", algorithm, "--n", "4", "--iterations", "3"] + (["--open"] if grid == "open" else [])
+    assert _halo_example().main(arguments) == 0
+
+
+def test_detection_refuses_mpi_cartesian_communicators():
+    cart = WORLD.Create_cart([WORLD.Get_size()], [True])
+    try:
+        comm = sparsecoll.wrap(cart, "auto", grid=cart)
+        assert comm.topology.offsets is None
+        assert "cart_neighborhood_create" in comm.topology.extra["cartesian"]
+    finally:
+        cart.Free()
+
+
+def test_calibrated_hockney_parameters_drive_auto():
+    from sparsecoll.model.calibrate import fit_hockney, ping_pong
+    if WORLD.Get_size() < 2:
+        pytest.skip("the ping-pong needs two ranks")
+    sizes = (8, 4096, 65536)
+    alpha, beta = fit_hockney(sizes, ping_pong(WORLD, sizes, reps=5))
+    comm = _create("9pt_2d_torus")
+    try:
+        calibrated = sparsecoll.wrap(comm, "auto", alpha=alpha, beta=beta, block_bytes=4)
+        choice = calibrated.plan_stats("alltoall")["auto"]
+        assert (choice["alpha"], choice["beta"]) == (alpha, beta)
+        assert WORLD.allgather(choice["algorithm"]) == [choice["algorithm"]] * WORLD.Get_size()
+    finally:
+        comm.Free()

@@ -1,0 +1,323 @@
+"""mpi4py semantics beyond the conformance matrix: wrapper identity, buffer-spec
+forms, MPI.BOTTOM, __cuda_array_interface__, pickle-based methods, isolation of
+library traffic, overlapping nonblocking calls, Free, plan_stats and bad input.
+
+Runs on every rank (launched by ``tests/test_mpi.py``).
+"""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+from mpi4py import MPI
+
+import sparsecoll
+
+from . import cases
+
+WORLD = MPI.COMM_WORLD
+
+
+@pytest.fixture
+def ring():
+    """A periodic 1-D Cartesian communicator (2 neighbors per rank)."""
+    comm = WORLD.Create_cart([WORLD.Get_size()], periods=[True])
+    yield comm
+    comm.Free()
+
+
+@pytest.fixture
+def open_line():
+    """A non-periodic 1-D Cartesian communicator (PROC_NULL at the ends)."""
+    comm = WORLD.Create_cart([WORLD.Get_size()], periods=[False])
+    yield comm
+    comm.Free()
+
+
+def test_wrap_keeps_the_mpi4py_class_and_handle(ring):
+    graph = WORLD.Create_dist_graph_adjacent([WORLD.Get_rank()], [WORLD.Get_rank()])
+    mpi1 = WORLD.Create_graph(list(range(1, WORLD.Get_size() + 1)), list(range(WORLD.Get_size())))
+    for raw, cls in ((ring, MPI.Cartcomm), (graph, MPI.Distgraphcomm), (mpi1, MPI.Graphcomm)):
+        wrapped = sparsecoll.wrap(raw, "direct")
+        assert isinstance(wrapped, cls) and sparsecoll.is_wrapped(wrapped)
+        assert wrapped == raw  # same handle
+        assert wrapped.Get_topology() == raw.Get_topology()
+    assert sparsecoll.wrap(ring).Get_topo() == ring.Get_topo()
+    graph.Free()
+    mpi1.Free()
+
+
+def test_rewrap_shares_state_and_switches_algorithm(ring):
+    direct = sparsecoll.wrap(ring, "direct")
+    native = sparsecoll.wrap(direct, "native")
+    again = sparsecoll.wrap(ring, "auto")
+    assert native == direct and native.algorithm == "native" and direct.algorithm == "direct"
+    assert native._sc_state is direct._sc_state is again._sc_state
+    assert again.plan_stats("alltoall")["algorithm"] == "direct"
+
+
+def test_algorithm_listing():
+    listing = sparsecoll.algorithms()
+    assert {"native", "direct", "auto"} <= set(listing)
+    assert all(isinstance(text, str) and text for text in listing.values())
+
+
+def test_plan_stats_counts_the_direct_pattern(open_line):
+    wrapped = sparsecoll.wrap(open_line, "direct")
+    size, rank = WORLD.Get_size(), WORLD.Get_rank()
+    real = sum(1 for r in (rank - 1, rank + 1) if 0 <= r < size)
+    for family in ("allgather", "alltoall"):
+        stats = wrapped.plan_stats(family)
+        assert stats["algorithm"] == "direct" and stats["family"] == family
+        assert stats["steps"] == (1 if real else 0)
+        assert stats["sends"] == stats["recvs"] == stats["send_items"] == stats["recv_items"] == real
+    with pytest.raises(ValueError, match="collective"):
+        wrapped.plan_stats("reduce")
+
+
+def _both(raw, method, sendspec_of, recvspec_of, nrecv, dtype="i4"):
+    """Run ``method`` with native and direct on fresh buffers; return both receive arrays."""
+    results = []
+    for name in ("native", "direct"):
+        comm = sparsecoll.wrap(raw, name)
+        recv = numpy.full(nrecv, -1, dtype=dtype)
+        getattr(comm, method)(sendspec_of(), recvspec_of(recv))
+        results.append(recv)
+    return results
+
+
+def test_simple_buffer_forms(ring):
+    rank = WORLD.Get_rank()
+    send = numpy.arange(6, dtype="i4") + 100 * rank
+    forms = {
+        "buf": lambda b: b,
+        "(buf, dtype)": lambda b: (b, MPI.INT32_T),
+        "[buf, typecode]": lambda b: [b, "i"],
+        "(buf, count)": lambda b: (b, 3),
+        "[buf, count, dtype]": lambda b: [b, 3, MPI.INT32_T],
+        "[buf, (count, displ), dtype]": lambda b: [b, (3, 0), MPI.INT32_T],
+        "[buf, [count, displ]]": lambda b: [b, [3, 0]],
+        "[buf, count, displ, dtype]": lambda b: [b, 3, 0, MPI.INT32_T],
+    }
+    for name, form in forms.items():
+        native, direct = _both(ring, "Neighbor_alltoall", lambda: form(send), form, 6)
+        assert native.tobytes() == direct.tobytes(), name
+        assert (native != -1).all(), name
+    # a send block taken at a displacement, allgather style
+    native, direct = _both(ring, "Neighbor_allgather", lambda: [send, (2, 4), MPI.INT32_T],
+                           lambda r: [r, 2, MPI.INT32_T], 4)
+    assert native.tobytes() == direct.tobytes()
+
+
+def test_vector_and_w_buffer_forms(ring):
+    # the block sent towards -1 arrives in the receiver's +1 block (MPI-4.1 §8.6), so
+    # send counts [2, 3] meet receive counts [3, 2]
+    rank = WORLD.Get_rank()
+    send = numpy.arange(8, dtype="i4") + 100 * rank
+    vector_forms = {
+        "(buf, counts)": (lambda: (send, [2, 3]), lambda r: (r, [3, 2])),
+        "(buf, (counts, displs), dtype)": (lambda: (send, ([2, 3], [0, 4]), MPI.INT32_T),
+                                           lambda r: (r, ([3, 2], [5, 0]), MPI.INT32_T)),
+        "[buf, counts, displs, typecode]": (lambda: [send, [2, 3], [0, 4], "i"], lambda r: [r, [3, 2], [5, 0], "i"]),
+        "scalar count and stride": (lambda: [send, 2, 4, MPI.INT32_T], lambda r: [r, 2, 3, MPI.INT32_T]),
+        "buf only": (lambda: send, lambda r: r),
+    }
+    for name, (sendspec, recvspec) in vector_forms.items():
+        native, direct = _both(ring, "Neighbor_alltoallv", sendspec, recvspec, 8)
+        assert native.tobytes() == direct.tobytes(), name
+    first = MPI.Datatype.Create_struct([1], [0], [MPI.INT32_T]).Commit()
+    second = MPI.Datatype.Create_struct([1], [4], [MPI.INT32_T]).Commit()
+    w_forms = {
+        "(buf, (counts, displs), types)": (lambda: (send, ([2, 3], [0, 16]), [MPI.INT32_T] * 2),
+                                           lambda r: (r, ([3, 2], [20, 0]), [MPI.INT32_T] * 2)),
+        "[buf, counts, displs, types]": (lambda: [send, [2, 3], [0, 16], [MPI.INT32_T, MPI.INT32_T]],
+                                         lambda r: [r, [3, 2], [20, 0], [MPI.INT32_T, MPI.INT32_T]]),
+        "(buf, types)": (lambda: (send, [first, second]), lambda r: (r, [first, second])),
+    }
+    for name, (sendspec, recvspec) in w_forms.items():
+        native, direct = _both(ring, "Neighbor_alltoallw", sendspec, recvspec, 8)
+        assert native.tobytes() == direct.tobytes(), name
+    first.Free()
+    second.Free()
+
+
+def test_bottom_with_absolute_addresses(ring):
+    rank = WORLD.Get_rank()
+    send = numpy.arange(4, dtype="i4") + 100 * rank
+    base = MPI.Get_address(send)
+    results = []
+    for name in ("native", "direct"):
+        recv = numpy.full(4, -1, dtype="i4")
+        raddr = MPI.Get_address(recv)
+        comm = sparsecoll.wrap(ring, name)
+        comm.Neighbor_alltoallw([MPI.BOTTOM, [2, 2], [base, base + 8], [MPI.INT32_T] * 2],
+                                [MPI.BOTTOM, [2, 2], [raddr + 8, raddr], [MPI.INT32_T] * 2])
+        results.append(recv)
+    assert results[0].tobytes() == results[1].tobytes() and (results[0] != -1).all()
+
+
+class HostCAI:
+    """A host array exposed only through __cuda_array_interface__."""
+
+    def __init__(self, array):
+        self.array = array
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.array.shape, "typestr": self.array.dtype.str, "version": 3,
+                "data": (self.array.ctypes.data, False), "strides": None}
+
+
+def test_cuda_array_interface_buffers(ring):
+    rank = WORLD.Get_rank()
+    send = numpy.arange(2, dtype="f8") + rank
+    recv = numpy.full(2, -1.0)
+    sparsecoll.wrap(ring, "direct").Neighbor_alltoall(HostCAI(send), HostCAI(recv))
+    expected = numpy.full(2, -1.0)
+    ring.Neighbor_alltoall(send, expected)
+    assert recv.tobytes() == expected.tobytes()
+
+
+def test_pickle_methods_match_mpi4py(open_line):
+    rank = WORLD.Get_rank()
+    wrapped = sparsecoll.wrap(open_line, "direct")
+    objects = [{"from": rank, "dir": d} for d in ("down", "up")]
+    assert wrapped.neighbor_allgather(("rank", rank)) == open_line.neighbor_allgather(("rank", rank))
+    assert wrapped.neighbor_alltoall(objects) == open_line.neighbor_alltoall(objects)
+    with pytest.raises(ValueError, match="sendobj"):
+        wrapped.neighbor_alltoall([1, 2, 3])
+
+
+def test_library_traffic_never_meets_user_traffic(ring):
+    """A user receive for ANY_SOURCE/ANY_TAG posted first must not get library messages."""
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    wrapped = sparsecoll.wrap(ring, "direct")
+    box = numpy.full(1, -1, dtype="i8")
+    pending = ring.Irecv(box, MPI.ANY_SOURCE, MPI.ANY_TAG)
+    send = numpy.arange(2, dtype="i8") + 10 * rank
+    recv = numpy.zeros(2, dtype="i8")
+    for _ in range(3):
+        wrapped.Neighbor_alltoall(send, recv)
+        wrapped.Ineighbor_allgather(send[:1], recv).Wait()
+    WORLD.Barrier()
+    status = MPI.Status()
+    assert not pending.Test(status), (status.Get_source(), status.Get_tag(), box)
+    WORLD.Barrier()  # nobody sends the user message before everyone has tested
+    ring.Send(numpy.array([4242 + rank], dtype="i8"), (rank + 1) % size, tag=7)
+    status = MPI.Status()
+    pending.Wait(status)
+    assert box[0] == 4242 + (rank - 1) % size and status.Get_tag() == 7
+
+
+def test_overlapping_nonblocking_calls(ring):
+    """Several outstanding calls on one communicator, completed in reverse order."""
+    rank = WORLD.Get_rank()
+    wrapped = sparsecoll.wrap(ring, "test_relay" if "test_relay" in sparsecoll.algorithms() else "direct")
+    sends = [numpy.arange(2, dtype="i4") + 100 * rank + 10 * k for k in range(4)]
+    recvs = [numpy.full(2, -1, dtype="i4") for _ in range(4)]
+    requests = [wrapped.Ineighbor_alltoall(s, r) for s, r in zip(sends, recvs)]
+    for request in reversed(requests):
+        request.Wait()
+    for s, r in zip(sends, recvs):
+        expected = numpy.full(2, -1, dtype="i4")
+        ring.Neighbor_alltoall(s, expected)
+        assert r.tobytes() == expected.tobytes()
+
+
+def test_persistent_restarts_pick_up_new_contents(ring):
+    rank = WORLD.Get_rank()
+    wrapped = sparsecoll.wrap(ring, "direct")
+    send = numpy.zeros(2, dtype="i4")
+    recv = numpy.full(2, -1, dtype="i4")
+    request = wrapped.Neighbor_alltoall_init(send, recv)
+    expected = numpy.empty(2, dtype="i4")
+    for round_ in range(5):
+        send[:] = [1000 * round_ + 10 * rank, 1000 * round_ + 10 * rank + 1]
+        request.Start()
+        assert request.Wait()
+        ring.Neighbor_alltoall(send, expected)
+        assert recv.tobytes() == expected.tobytes()
+    with pytest.raises(RuntimeError):
+        request.Start()
+        request.Start()
+    request.Wait()
+    request.Free()
+    with pytest.raises(RuntimeError):
+        request.Start()
+
+
+def test_free_releases_library_state():
+    comm = WORLD.Create_cart([WORLD.Get_size()], periods=[True])
+    wrapped = sparsecoll.wrap(comm, "direct")
+    wrapped.Neighbor_allgather(numpy.zeros(1, "i4"), numpy.zeros(2, "i4"))
+    state = wrapped._sc_state
+    assert state.private != MPI.COMM_NULL and state.executors
+    wrapped.Free()
+    assert wrapped == MPI.COMM_NULL
+    assert state.private == MPI.COMM_NULL and not state.executors
+
+
+# -- bad input: every rank passes the same bad argument, so nobody waits -----------
+
+BAD_CALLS = {
+    "wrong number of blocks": ("Neighbor_alltoall", lambda n: (numpy.zeros(2 * n + 1, "i4"), numpy.zeros(2 * n, "i4")),
+                               ValueError, "sendbuf"),
+    "buffer too small": ("Neighbor_allgather", lambda n: (numpy.zeros(3, "i4"), [numpy.zeros(5, "i4"), 3, MPI.INT32_T]),
+                         ValueError, "recvbuf"),
+    "count list of the wrong length": ("Neighbor_alltoallv",
+                                       lambda n: ([numpy.zeros(4, "i4"), [1, 1, 1]], [numpy.zeros(4, "i4"), [1, 1]]),
+                                       ValueError, "sendbuf"),
+    "negative count": ("Neighbor_allgatherv", lambda n: (numpy.zeros(1, "i4"), [numpy.zeros(4, "i4"), [1, -1]]),
+                       ValueError, "recvbuf"),
+    "uncommitted datatype": ("Neighbor_alltoall",
+                             lambda n: ([numpy.zeros(8, "i4"), 1, MPI.INT32_T.Create_contiguous(2)],
+                                        [numpy.zeros(8, "i4"), 1, MPI.INT32_T.Create_contiguous(2)]),
+                             ValueError, "sendbuf"),
+    "null datatype": ("Neighbor_allgather", lambda n: ([numpy.zeros(1, "i4"), 1, MPI.DATATYPE_NULL],
+                                                       numpy.zeros(2, "i4")), ValueError, "sendbuf"),
+    "read-only receive buffer": ("Neighbor_alltoall", lambda n: (numpy.zeros(2, "i4"), bytes(8)), TypeError,
+                                 "recvbuf"),
+    "not a buffer": ("Neighbor_allgather", lambda n: (object(), numpy.zeros(2, "i4")), TypeError, "sendbuf"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+@pytest.mark.parametrize("mode", ["blocking", "nonblocking", "persistent"])
+def test_bad_input_raises_before_sending(ring, case, mode):
+    method, args, error, argument = BAD_CALLS[case]
+    wrapped = sparsecoll.wrap(ring, "direct")
+    name = {"blocking": method, "nonblocking": "I" + method[0].lower() + method[1:],
+            "persistent": method + "_init"}[mode]
+    with pytest.raises(error, match=argument):
+        getattr(wrapped, name)(*args(1))
+    WORLD.Barrier()
+    assert not wrapped._sc_state.private.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+
+
+def test_bad_wrap_arguments(ring):
+    with pytest.raises(TypeError, match="comm"):
+        sparsecoll.wrap(WORLD)
+    with pytest.raises(ValueError, match="algorithm"):
+        sparsecoll.wrap(ring, "no_such_algorithm")
+    with pytest.raises(TypeError, match="option"):
+        sparsecoll.wrap(ring, "direct", no_such_option=1)
+    with pytest.raises(TypeError, match="algorithm"):
+        sparsecoll.wrap(ring, 3)
+
+
+def test_empty_and_zero_degree_graphs():
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    empty = WORLD.Create_dist_graph_adjacent([], [])
+    # every other rank sends to rank 0, which sends nothing: zero out- or in-degree
+    funnel = WORLD.Create_dist_graph_adjacent(list(range(1, size)) if rank == 0 else [],
+                                              [0] if rank != 0 else [])
+    expected = {id(empty): [], id(funnel): list(range(1, size)) if rank == 0 else []}
+    for raw in (empty, funnel):
+        wrapped = sparsecoll.wrap(raw, "direct")
+        recv = numpy.full(raw.Get_dist_neighbors_count()[0], -1, "i4")
+        wrapped.Neighbor_allgather(numpy.array([rank], "i4"), recv)
+        assert recv.tolist() == expected[id(raw)]
+        objects = wrapped.neighbor_alltoall([rank] * raw.Get_dist_neighbors_count()[1])
+        assert objects == expected[id(raw)]
+    empty.Free()
+    funnel.Free()
