@@ -96,3 +96,4 @@ def check_options(name: str, options: dict) -> dict:
 from . import direct as _direct  # noqa: E402,F401  (registers)
 from . import native as _native  # noqa: E402,F401  (registers)
 from . import cartesian as _cartesian  # noqa: E402  (registers)
+from . import distance_halving as _distance_halving  # noqa: E402,F401  (registers)
