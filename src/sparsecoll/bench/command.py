@@ -31,7 +31,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes per block (per unit for v variants)")
     parser.add_argument("--algorithms", default=None, help="comma list (default: all that support the topology)")
     parser.add_argument("--mode", default="persistent", choices=["blocking", "persistent", "nonblocking"])
-    parser.add_argument("--reps", type=int, default=60)
+    parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--seed", type=int, default=None, help="seed for random topologies without one")
     parser.add_argument("--out", default="bench-out", help="directory for results.json, results.csv, figures")

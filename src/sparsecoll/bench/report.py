@@ -119,14 +119,14 @@ def print_table(results: list, console=None) -> None:
     """One row per topology x collective x size; per algorithm median latency and speedup."""
     from rich.console import Console
     from rich.table import Table
-    console = console or Console()
+    console = console or Console(width=200)  # under mpiexec stdout is no terminal: do not wrap at 80
     names = list(dict.fromkeys(n for r in results for n in r["algorithms"]))
     table = Table(title="median latency in us (speedup over native, median of interleaved pairs); "
                         "* best; messages max per rank [steps]", show_lines=False)
     for header in ("topology", "collective", "bytes"):
-        table.add_column(header)
+        table.add_column(header, no_wrap=True)
     for name in names:
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", no_wrap=True)
     for r in results:
         entries = r["algorithms"]
         best = min(entries, key=lambda n: entries[n]["median"])
