@@ -35,3 +35,6 @@ def run_under_mpi(nprocs: int, test_path: str, *pytest_args: str, timeout: float
     if proc.returncode != 0:
         pytest.fail(f"{test_path} on {nprocs} ranks failed (exit {proc.returncode}):\n{output[-12000:]}")
     return output
+
+# tests/mpi/* run on every rank under mpiexec (see tests/test_mpi.py), not in this process
+collect_ignore = [] if any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_SIZE")) else ["mpi"]

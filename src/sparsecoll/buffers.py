@@ -107,10 +107,15 @@ def _format_datatype(obj, buf, arg: str) -> MPI.Datatype:
     try:
         fmt = memoryview(obj).format
     except TypeError:
+        import numpy
         cai = getattr(obj, "__cuda_array_interface__", None)
         if cai is not None:
-            import numpy
             fmt = numpy.dtype(cai["typestr"]).char
+        elif hasattr(obj, "__dlpack__"):
+            try:
+                fmt = numpy.from_dlpack(obj).dtype.char
+            except (TypeError, RuntimeError, BufferError):
+                fmt = None
     if fmt is None:
         raise TypeError(f"{arg}: cannot infer a datatype from {type(obj).__name__}; pass one explicitly")
     if fmt and fmt[0] in "@=<>!":
@@ -211,12 +216,8 @@ def _split(spec, arg: str, pair_types: tuple):
     return spec, None, None, None
 
 
-def parse_simple(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
-    """A message of ``blocks`` equal blocks; without a count, the buffer is split evenly.
-
-    For a single block (the allgather send buffer) pass ``blocks=1``.
-    """
-    buf_obj, count, displ, datatype = _split(spec, arg, (tuple, list))
+def _buffer_and_datatype(buf_obj, datatype, readonly: bool, arg: str) -> tuple:
+    """(is MPI.BOTTOM, address, nbytes, checked datatype) of a simple or vector spec."""
     bottom = buf_obj is MPI.BOTTOM
     if bottom:
         if datatype is None:
@@ -228,6 +229,16 @@ def parse_simple(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
         datatype = MPI.BYTE if buf is None else _format_datatype(buf_obj, buf, arg)
     else:
         datatype = as_datatype(datatype, arg)
+    return bottom, address, nbytes, datatype
+
+
+def parse_simple(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
+    """A message of ``blocks`` equal blocks; without a count, the buffer is split evenly.
+
+    For a single block (the allgather send buffer) pass ``blocks=1``.
+    """
+    buf_obj, count, displ, datatype = _split(spec, arg, (tuple, list))
+    bottom, address, nbytes, datatype = _buffer_and_datatype(buf_obj, datatype, readonly, arg)
     offset = 0
     length = nbytes
     if displ is not None:
@@ -265,17 +276,7 @@ def parse_simple(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
 def parse_vector(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
     """A message of ``blocks`` blocks with their own counts and displacements (in elements)."""
     buf_obj, counts, displs, datatype = _split(spec, arg, (tuple,))
-    bottom = buf_obj is MPI.BOTTOM
-    if bottom:
-        if datatype is None:
-            raise ValueError(f"{arg}: MPI.BOTTOM requires an explicit datatype")
-        buf, address, nbytes = None, 0, 0
-    else:
-        buf, address, nbytes = _buffer(buf_obj, readonly, arg)
-    if datatype is None:
-        datatype = MPI.BYTE if buf is None else _format_datatype(buf_obj, buf, arg)
-    else:
-        datatype = as_datatype(datatype, arg)
+    bottom, address, nbytes, datatype = _buffer_and_datatype(buf_obj, datatype, readonly, arg)
     if counts is None:
         total = 0
         if nbytes > 0:

@@ -12,6 +12,7 @@ import sys
 
 SUBCOMMANDS = {
     # name: (module, one-line help)
+    "bench": ("sparsecoll.bench.command", "every algorithm against the MPI library on the papers' workloads"),
     "demo": ("sparsecoll.demo", "wrap a communicator, run every collective with direct and native, compare"),
     "calibrate": ("sparsecoll.model.calibrate", "measure Hockney alpha and beta by ping-pong, write a parameter file"),
     "simulate": ("sparsecoll.sim.simulate", "build algorithms on virtual ranks, verify, predict latencies with a cost model"),

@@ -314,121 +314,6 @@ class NeighborhoodMixin:
         address, count, datatype = send.piece(0)
         return [MPI.BOTTOM, [count] * outdegree, [address] * outdegree, [datatype] * outdegree], recvbuf
 
-    # -- blocking -------------------------------------------------------------------
-    def Neighbor_allgather(self, sendbuf, recvbuf) -> None:
-        """Gather one block from every in-neighbor (receive block i from source i)."""
-        if self._sc_algorithm == "native":
-            return self._native("Neighbor_allgather", sendbuf, recvbuf)
-        self._blocking("allgather", sendbuf, recvbuf)
-
-    def Neighbor_allgatherv(self, sendbuf, recvbuf) -> None:
-        """Neighbor_allgather with a count and displacement per receive block."""
-        if self._sc_algorithm == "native":
-            return self._native("Neighbor_allgatherv", sendbuf, recvbuf)
-        self._blocking("allgatherv", sendbuf, recvbuf)
-
-    def Neighbor_allgatherw(self, sendbuf, recvbuf) -> None:
-        """Neighbor_allgather with a count, byte displacement and datatype per receive block.
-
-        Not in MPI; proposed by Träff and Hunold (ICPP 2019). ``recvbuf`` takes the W
-        forms of ``Neighbor_alltoallw``.
-        """
-        if self._sc_algorithm == "native":
-            return self._native("Neighbor_alltoallw", *self._allgatherw_as_alltoallw(sendbuf, recvbuf))
-        self._blocking("allgatherw", sendbuf, recvbuf)
-
-    def Neighbor_alltoall(self, sendbuf, recvbuf) -> None:
-        """Send block k to out-neighbor k, receive block i from in-neighbor i."""
-        if self._sc_algorithm == "native":
-            return self._native("Neighbor_alltoall", sendbuf, recvbuf)
-        self._blocking("alltoall", sendbuf, recvbuf)
-
-    def Neighbor_alltoallv(self, sendbuf, recvbuf) -> None:
-        """Neighbor_alltoall with counts and displacements per block."""
-        if self._sc_algorithm == "native":
-            return self._native("Neighbor_alltoallv", sendbuf, recvbuf)
-        self._blocking("alltoallv", sendbuf, recvbuf)
-
-    def Neighbor_alltoallw(self, sendbuf, recvbuf) -> None:
-        """Neighbor_alltoall with counts, byte displacements and datatypes per block."""
-        if self._sc_algorithm == "native":
-            return self._native("Neighbor_alltoallw", sendbuf, recvbuf)
-        self._blocking("alltoallw", sendbuf, recvbuf)
-
-    # -- nonblocking ----------------------------------------------------------------
-    def Ineighbor_allgather(self, sendbuf, recvbuf):
-        """Nonblocking Neighbor_allgather; returns a request (Wait/Test/Free)."""
-        if self._sc_algorithm == "native":
-            return self._native("Ineighbor_allgather", sendbuf, recvbuf)
-        return self._nonblocking("allgather", sendbuf, recvbuf)
-
-    def Ineighbor_allgatherv(self, sendbuf, recvbuf):
-        """Nonblocking Neighbor_allgatherv; returns a request (Wait/Test/Free)."""
-        if self._sc_algorithm == "native":
-            return self._native("Ineighbor_allgatherv", sendbuf, recvbuf)
-        return self._nonblocking("allgatherv", sendbuf, recvbuf)
-
-    def Ineighbor_allgatherw(self, sendbuf, recvbuf):
-        """Nonblocking Neighbor_allgatherw; returns a request (Wait/Test/Free)."""
-        if self._sc_algorithm == "native":
-            return self._native("Ineighbor_alltoallw", *self._allgatherw_as_alltoallw(sendbuf, recvbuf))
-        return self._nonblocking("allgatherw", sendbuf, recvbuf)
-
-    def Ineighbor_alltoall(self, sendbuf, recvbuf):
-        """Nonblocking Neighbor_alltoall; returns a request (Wait/Test/Free)."""
-        if self._sc_algorithm == "native":
-            return self._native("Ineighbor_alltoall", sendbuf, recvbuf)
-        return self._nonblocking("alltoall", sendbuf, recvbuf)
-
-    def Ineighbor_alltoallv(self, sendbuf, recvbuf):
-        """Nonblocking Neighbor_alltoallv; returns a request (Wait/Test/Free)."""
-        if self._sc_algorithm == "native":
-            return self._native("Ineighbor_alltoallv", sendbuf, recvbuf)
-        return self._nonblocking("alltoallv", sendbuf, recvbuf)
-
-    def Ineighbor_alltoallw(self, sendbuf, recvbuf):
-        """Nonblocking Neighbor_alltoallw; returns a request (Wait/Test/Free)."""
-        if self._sc_algorithm == "native":
-            return self._native("Ineighbor_alltoallw", sendbuf, recvbuf)
-        return self._nonblocking("alltoallw", sendbuf, recvbuf)
-
-    # -- persistent -----------------------------------------------------------------
-    def Neighbor_allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
-        """Persistent Neighbor_allgather; returns a request (Start/Wait/Test/Free)."""
-        if self._sc_algorithm == "native":
-            return self._native("Neighbor_allgather_init", sendbuf, recvbuf, info)
-        return self._persistent("allgather", sendbuf, recvbuf)
-
-    def Neighbor_allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
-        """Persistent Neighbor_allgatherv; returns a request (Start/Wait/Test/Free)."""
-        if self._sc_algorithm == "native":
-            return self._native("Neighbor_allgatherv_init", sendbuf, recvbuf, info)
-        return self._persistent("allgatherv", sendbuf, recvbuf)
-
-    def Neighbor_allgatherw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
-        """Persistent Neighbor_allgatherw; returns a request (Start/Wait/Test/Free)."""
-        if self._sc_algorithm == "native":
-            return self._native("Neighbor_alltoallw_init", *self._allgatherw_as_alltoallw(sendbuf, recvbuf), info)
-        return self._persistent("allgatherw", sendbuf, recvbuf)
-
-    def Neighbor_alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
-        """Persistent Neighbor_alltoall; returns a request (Start/Wait/Test/Free)."""
-        if self._sc_algorithm == "native":
-            return self._native("Neighbor_alltoall_init", sendbuf, recvbuf, info)
-        return self._persistent("alltoall", sendbuf, recvbuf)
-
-    def Neighbor_alltoallv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
-        """Persistent Neighbor_alltoallv; returns a request (Start/Wait/Test/Free)."""
-        if self._sc_algorithm == "native":
-            return self._native("Neighbor_alltoallv_init", sendbuf, recvbuf, info)
-        return self._persistent("alltoallv", sendbuf, recvbuf)
-
-    def Neighbor_alltoallw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
-        """Persistent Neighbor_alltoallw; returns a request (Start/Wait/Test/Free)."""
-        if self._sc_algorithm == "native":
-            return self._native("Neighbor_alltoallw_init", sendbuf, recvbuf, info)
-        return self._persistent("alltoallw", sendbuf, recvbuf)
-
     # -- pickle-based -----------------------------------------------------------------
     def neighbor_allgather(self, sendobj):
         """Gather a picklable object from every in-neighbor (None for PROC_NULL)."""
@@ -485,6 +370,52 @@ class NeighborhoodMixin:
         """Free the communicator and everything sparsecoll attached to it (collective)."""
         self.__dict__.pop("_sc_shared", None)
         super().Free()  # deletes the attribute, which frees the shared state
+
+
+_SUMMARIES = {
+    "allgather": "gather one block from every in-neighbor (receive block i from source i)",
+    "allgatherv": "allgather with a count and displacement per receive block",
+    "allgatherw": "allgather with a count, byte displacement and datatype per receive block "
+                  "(not in MPI; proposed by Träff and Hunold, ICPP 2019; recvbuf takes the W forms)",
+    "alltoall": "send block k to out-neighbor k, receive block i from in-neighbor i",
+    "alltoallv": "alltoall with counts and displacements per block",
+    "alltoallw": "alltoall with counts, byte displacements and datatypes per block",
+}
+
+
+def _collective_method(collective: str, kind: str):
+    """The mpi4py-named method for one collective and kind (blocking/nonblocking/persistent).
+
+    With ``algorithm="native"`` it calls mpi4py's own method (for allgatherw, MPI's
+    alltoallw with every send block at displacement 0); otherwise sparsecoll's schedule.
+    """
+    stem = {"blocking": "Neighbor_{}", "nonblocking": "Ineighbor_{}", "persistent": "Neighbor_{}_init"}[kind]
+    name = stem.format(collective)
+    native_name = stem.format("alltoallw" if collective == "allgatherw" else collective)
+    run = {"blocking": NeighborhoodMixin._blocking, "nonblocking": NeighborhoodMixin._nonblocking,
+           "persistent": NeighborhoodMixin._persistent}[kind]
+
+    def method(self, sendbuf, recvbuf, *info):
+        if self._sc_algorithm == "native":
+            if collective == "allgatherw":
+                sendbuf, recvbuf = self._allgatherw_as_alltoallw(sendbuf, recvbuf)
+            return self._native(native_name, sendbuf, recvbuf, *info)
+        return run(self, collective, sendbuf, recvbuf)
+
+    returns = {"blocking": "", "nonblocking": "; returns a request (Wait/Test/Free)",
+               "persistent": "; returns a persistent request (Start/Wait/Test/Free), restartable"}[kind]
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"{kind.capitalize()} neighborhood {collective}: {_SUMMARIES[collective]}{returns}."
+    if kind == "persistent":
+        method.__doc__ += " ``info`` is passed to MPI for ``native`` and otherwise ignored."
+    return method
+
+
+for _collective in _SUMMARIES:
+    for _kind in ("blocking", "nonblocking", "persistent"):
+        _method = _collective_method(_collective, _kind)
+        setattr(NeighborhoodMixin, _method.__name__, _method)
+del _collective, _kind, _method
 
 
 def _displacements(sizes: numpy.ndarray) -> numpy.ndarray:

@@ -234,6 +234,11 @@ def _halo_example():
 @pytest.mark.parametrize("algorithm", ["cartesian", "cartesian_trivial", "native"])
 @pytest.mark.parametrize("grid", ["periodic", "open"])
 def test_halo_9point_example_matches_serial(algorithm, grid):
+    if algorithm == "native" and WORLD.Get_size() > 1:
+        # MPICH 5.0.2's persistent Neighbor_alltoallw hangs on this example whenever the
+        # grid has a dimension of size <= 2 (repeated neighbors), which is every grid of
+        # the suite's rank counts; sparsecoll's own algorithms are checked on them.
+        pytest.skip("native persistent alltoallw hangs on grids with repeated neighbors (MPICH 5.0.2)")
     arguments = ["--algorithm", algorithm, "--n", "4", "--iterations", "3"] + (["--open"] if grid == "open" else [])
     assert _halo_example().main(arguments) == 0
 

@@ -4,7 +4,8 @@ blocking result, on every topology of ``cases.TOPOLOGIES``, with counts 0, 1 and
 many, and int32, float64 and a non-contiguous derived datatype.
 
 Runs on every rank (launched by ``tests/test_mpi.py``). Every registered algorithm
-that supports a topology is checked, so new algorithms are covered without new code.
+is checked on the collectives of each family it supports on a topology (and with the
+option sets of ``VARIANTS``), so new algorithms are covered without new code.
 """
 
 from __future__ import annotations
@@ -145,16 +146,37 @@ def _run(comm, case: Case, recv: cases.Layout, mode: str, salt: int, request_box
                 pass
 
 
+#: Option sets each algorithm also runs with (besides its defaults), where they fit the size.
+VARIANTS = {
+    # several halving steps on a small machine: one or two ranks per socket
+    "distance_halving": ({"ranks_per_socket": 1}, {"ranks_per_socket": 2, "sockets_per_node": 2}),
+}
+
+
+def _fits(options: dict, size: int) -> bool:
+    L, S = options.get("ranks_per_socket", 1), options.get("sockets_per_node", 1)
+    return L <= size and S <= -(-size // L)
+
+
+def wrapped_algorithms(raw, topology) -> list:
+    """``(label, name, wrapped communicator, families)`` per registered algorithm and variant."""
+    out = []
+    for name, alg in REGISTRY.items():
+        families = tuple(f for f in ("allgather", "alltoall") if alg.unsupported_reason(topology, f) is None)
+        if not families:
+            continue
+        for options in ({}, *(v for v in VARIANTS.get(name, ()) if _fits(v, raw.Get_size()))):
+            label = name + (f"{options}" if options else "")
+            out.append((label, name, sparsecoll.wrap(raw, name, **options), families))
+    return out
+
+
 def check_topology(raw) -> list:
     """Run every case on one topology communicator; return failure descriptions."""
     failures = []
     topology = sparsecoll.wrap(raw, "direct").topology
-    algorithms = [name for name, alg in REGISTRY.items()
-                  if all(alg.unsupported_reason(topology, f) is None for f in ("allgather", "alltoall"))]
     native_broken = _native_broken_for_graph(raw)
-    if native_broken:
-        algorithms.remove("native")
-    wrapped = {name: sparsecoll.wrap(raw, name) for name in algorithms}
+    wrapped = [w for w in wrapped_algorithms(raw, topology) if not (native_broken and w[1] == "native")]
     for collective in COLLECTIVES:
         for base in BASE_COUNTS:
             for kind in KINDS:
@@ -172,7 +194,9 @@ def check_topology(raw) -> list:
                     getattr(raw, "Neighbor_" + collective)(*case.specs(native_recv))
                     if not _same(native_recv.array, expected[0]):
                         failures.append(f"{label}: the MPI library's blocking result differs from the standard")
-                for name, comm in wrapped.items():
+                for label_alg, name, comm, families in wrapped:
+                    if case.family not in families:
+                        continue
                     for mode in ("blocking", "nonblocking", "persistent"):
                         if _known_native_bug(raw, name, mode):
                             continue  # the library errs or misplaces blocks: nothing to compare with
@@ -182,7 +206,7 @@ def check_topology(raw) -> list:
                             case.fill(salt)
                             _run(comm, case, recv, mode, salt, box)
                             if not _same(recv.array, expected[salt]):
-                                failures.append(f"{label} {name} {mode} salt={salt}: rank {raw.Get_rank()} got "
+                                failures.append(f"{label} {label_alg} {mode} salt={salt}: rank {raw.Get_rank()} got "
                                                 f"{recv.array.tolist()} expected {expected[salt].tolist()}")
                         if box.get("request") is not None:
                             box["request"].Free()

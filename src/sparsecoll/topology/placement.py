@@ -1,0 +1,163 @@
+"""Where the ranks of a communicator run: nodes, sockets, ranks per socket.
+
+Topology-aware algorithms (the distance-halving allgather of Sharifian, Sojoodi and
+Afsahi, 2023, stops halving at ``L`` ranks per socket) read the placement from here.
+
+Detection (collective over the communicator):
+
+* nodes: ``Split_type(COMM_TYPE_SHARED)``, the MPI-3 way every MPI supports;
+* sockets: the Linux CPU topology. Each rank reads the CPUs it may run on
+  (``sched_getaffinity``) and their ``physical_package_id`` in
+  ``/sys/devices/system/cpu``. A rank bound inside one package is on that socket; a rank
+  whose affinity spans several packages (not bound, MPICH's default) cannot be placed,
+  so its whole node counts as one socket, and the source says so.
+  MPI-4 ``COMM_TYPE_HW_GUIDED`` was tried first and rejected: the MPICH 5.0 wheel returns
+  ``COMM_NULL`` for every ``mpi_hw_resource_type`` ("Package", "NUMANode", "Socket", ...)
+  and the Open MPI 5.0 wheel returns one-rank communicators for "NUMANode" and "Socket"
+  when two ranks share the only package, so neither answer can be trusted.
+
+Overrides (no communication), strongest first: the options ``ranks_per_socket`` and
+``sockets_per_node``; the environment variable ``SPARSECOLL_PLACEMENT=LxS`` (``L`` ranks
+per socket, ``S`` sockets per node, ranks placed in order as in
+:class:`sparsecoll.model.params.Placement`). A communicator that cannot be split (the
+simulator's virtual ranks) and has no override counts as one socket.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..model.params import Placement
+
+ENVIRONMENT = "SPARSECOLL_PLACEMENT"
+SYS_CPU = Path("/sys/devices/system/cpu")
+
+
+@dataclass(frozen=True)
+class PlacementInfo:
+    """The placement an algorithm uses: ``L`` per socket, ``S`` per node, and its source.
+
+    ``contiguous``: every socket holds a contiguous range of ranks (what rank-range
+    halving assumes for its locality; correctness never depends on it).
+    """
+
+    placement: Placement
+    source: str
+    contiguous: bool = True
+
+    @property
+    def ranks_per_socket(self) -> int:
+        """``L``."""
+        return self.placement.L
+
+    @property
+    def sockets_per_node(self) -> int:
+        """``S``."""
+        return self.placement.S
+
+    def describe(self) -> dict:
+        """The entries algorithms put into ``plan_stats``."""
+        return {"placement": str(self.placement), "placement_source": self.source,
+                "placement_contiguous": self.contiguous}
+
+
+def _positive(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected a positive integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value}")
+    return value
+
+
+def check_override(L, S, size: int, what: str = "") -> Placement:
+    """Validate ``L`` ranks per socket and ``S`` sockets per node for ``size`` ranks."""
+    prefix = f"{what}: " if what else ""
+    L = _positive(L, f"{prefix}ranks_per_socket")
+    S = _positive(S, f"{prefix}sockets_per_node")
+    if L > size:
+        raise ValueError(f"{prefix}ranks_per_socket: {L} is larger than the communicator ({size} ranks)")
+    sockets = -(-size // L)
+    if S > sockets:
+        raise ValueError(f"{prefix}sockets_per_node: {S} sockets per node, but {size} ranks fill only "
+                         f"{sockets} socket(s) of {L} ranks")
+    return Placement(L, S)
+
+
+def override(size: int, ranks_per_socket=None, sockets_per_node=None) -> Optional[PlacementInfo]:
+    """The placement the options or ``SPARSECOLL_PLACEMENT`` impose (None: detect)."""
+    if ranks_per_socket is not None or sockets_per_node is not None:
+        if ranks_per_socket is None:
+            raise ValueError("sockets_per_node: given without ranks_per_socket")
+        S = 1 if sockets_per_node is None else sockets_per_node
+        return PlacementInfo(check_override(ranks_per_socket, S, size), "option")
+    text = os.environ.get(ENVIRONMENT)
+    if text:
+        try:
+            parsed = Placement.parse(text)
+        except ValueError as exc:
+            raise ValueError(f"{ENVIRONMENT}={text!r}: {exc}") from None
+        L, S = parsed.L, parsed.S
+        return PlacementInfo(check_override(L, S, size, f"{ENVIRONMENT}={text!r}"), f"environment {ENVIRONMENT}")
+    return None
+
+
+def cpu_packages(cpus=None) -> set:
+    """Physical package ids of ``cpus`` (default: this process's affinity); empty if unknown."""
+    try:
+        cpus = os.sched_getaffinity(0) if cpus is None else cpus
+    except AttributeError:  # not Linux
+        return set()
+    packages = set()
+    for cpu in cpus:
+        try:
+            packages.add(int((SYS_CPU / f"cpu{cpu}" / "topology" / "physical_package_id").read_text()))
+        except (OSError, ValueError):
+            return set()
+    return packages
+
+
+def from_keys(keys) -> PlacementInfo:
+    """Placement from every rank's ``(node, socket or None)`` (``None``: unknown socket)."""
+    keys = list(keys)
+    unknown_nodes = {node for node, socket in keys if socket is None}
+    socket_of = [(node, None if node in unknown_nodes else socket) for node, socket in keys]
+    members = defaultdict(list)
+    for rank, key in enumerate(socket_of):
+        members[key].append(rank)
+    per_node = defaultdict(set)
+    for node, socket in members:
+        per_node[node].add(socket)
+    L = max(len(ranks) for ranks in members.values())
+    S = max(len(sockets) for sockets in per_node.values())
+    contiguous = all(ranks[-1] - ranks[0] + 1 == len(ranks) for ranks in members.values())
+    source = f"detected: {len(per_node)} node(s), {len(members)} socket(s)"
+    if unknown_nodes:
+        source += f"; ranks not bound to one package on {len(unknown_nodes)} node(s): node = socket"
+    return PlacementInfo(Placement(L, S), source, contiguous)
+
+
+def detect(comm) -> PlacementInfo:
+    """Detect the placement of ``comm``'s ranks (collective; see the module docstring)."""
+    split = getattr(comm, "Split_type", None)
+    if split is None:
+        return PlacementInfo(Placement(comm.Get_size(), 1),
+                             "none: the communicator reports no placement (one socket)")
+    from mpi4py import MPI
+    node_comm = split(MPI.COMM_TYPE_SHARED)
+    try:
+        node = node_comm.bcast(comm.Get_rank(), root=0)
+    finally:
+        node_comm.Free()
+    packages = cpu_packages()
+    socket = next(iter(packages)) if len(packages) == 1 else None
+    return from_keys(comm.allgather((node, socket)))
+
+
+def resolve(comm, ranks_per_socket=None, sockets_per_node=None) -> PlacementInfo:
+    """The override if one is given (no communication), else :func:`detect` (collective)."""
+    forced = override(comm.Get_size(), ranks_per_socket, sockets_per_node)
+    return forced if forced is not None else detect(comm)

@@ -1,0 +1,255 @@
+"""Pure parts in one process: Pattern + verify, bind, buffer-spec parsing.
+
+Hypothesis draws random multigraphs (repeated edges, self loops, zero degrees) and
+payload layouts.
+"""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mpi4py import MPI
+
+from sparsecoll.algorithms.direct import direct_pattern
+from sparsecoll.bind import bind, has_transit
+from sparsecoll.buffers import Blocks, parse_simple, parse_vector, parse_w
+from sparsecoll.pattern import Message, Pattern, Step, stats
+from sparsecoll.topology import PROC_NULL, cart_topology, graph_topology
+from sparsecoll.verify import VerificationError, verify
+
+
+@st.composite
+def multigraphs(draw, max_ranks=7):
+    """Every rank's (sources, destinations) of a random multigraph, edge order shuffled."""
+    size = draw(st.integers(1, max_ranks))
+    edges = draw(st.lists(st.tuples(st.integers(0, size - 1), st.integers(0, size - 1)), max_size=4 * size))
+    order = draw(st.permutations(range(len(edges))))
+    sources = {r: [] for r in range(size)}
+    dests = {r: [] for r in range(size)}
+    for a, b in edges:
+        dests[a].append(b)
+    for index in order:  # receive order independent of send order
+        a, b = edges[index]
+        sources[b].append(a)
+    return {r: graph_topology(r, size, sources[r], dests[r]) for r in range(size)}
+
+
+def cart_ring(size: int, periodic: bool):
+    """Topologies of a 1-D Cartesian grid (PROC_NULL at the ends when not periodic)."""
+    topologies = {}
+    for r in range(size):
+        lo, hi = r - 1, r + 1
+        if periodic:
+            lo, hi = lo % size, hi % size
+        lo = lo if 0 <= lo < size else PROC_NULL
+        hi = hi if 0 <= hi < size else PROC_NULL
+        topologies[r] = cart_topology(r, size, [size], [periodic], [r], [(lo, hi)])
+    return topologies
+
+
+@settings(max_examples=200, deadline=None)
+@given(multigraphs())
+def test_direct_patterns_verify_on_random_multigraphs(topologies):
+    for family in ("allgather", "alltoall"):
+        patterns = {r: direct_pattern(t, family) for r, t in topologies.items()}
+        summary = verify(patterns, topologies)
+        edges = sum(len(t.destinations) for t in topologies.values())
+        assert summary["messages"] == edges
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+@pytest.mark.parametrize("periodic", [True, False])
+def test_direct_patterns_verify_on_cartesian_rings(size, periodic):
+    topologies = cart_ring(size, periodic)
+    for family in ("allgather", "alltoall"):
+        verify({r: direct_pattern(t, family) for r, t in topologies.items()}, topologies)
+
+
+def test_cartesian_matching_swaps_directions():
+    """Block s of the sender lands in block s^1 (MPI-4.1 §8.6): visible at size 1 and 2."""
+    ring = cart_ring(2, True)
+    assert ring[0].send_items("alltoall") == ((0, 1, 0), (0, 1, 1))
+    assert ring[1].recv_items("alltoall") == ((0, 1, 1), (0, 1, 0))
+
+
+def _mutations(patterns):
+    """Broken variants of a valid pattern set, each with what it breaks."""
+    rank = next(r for r, p in patterns.items() if p.steps and p.steps[0].sends)
+    p = patterns[rank]
+    step = p.steps[0]
+    yield "dropped send", {**patterns, rank: Pattern(p.family, rank, (Step(step.sends[1:], step.recvs),))}
+    first = step.sends[0]
+    swapped = Message(first.peer, ((999,) * len(first.items[0]),))
+    yield "wrong item", {**patterns, rank: Pattern(p.family, rank, (Step((swapped,) + step.sends[1:], step.recvs),))}
+    late = Pattern(p.family, rank, (Step(step.sends[1:], step.recvs), Step(step.sends[:1], ())))
+    yield "send one step late", {**patterns, rank: late}
+
+
+@settings(max_examples=100, deadline=None)
+@given(multigraphs())
+def test_verify_rejects_broken_patterns(topologies):
+    for family in ("allgather", "alltoall"):
+        patterns = {r: direct_pattern(t, family) for r, t in topologies.items()}
+        if not any(p.steps[0].sends for p in patterns.values()):
+            continue
+        for what, broken in _mutations(patterns):
+            with pytest.raises(VerificationError):
+                verify(broken, topologies)
+
+
+def test_verify_rejects_forwarding_before_holding_and_extra_arrivals():
+    topologies = {0: graph_topology(0, 2, [], [1]), 1: graph_topology(1, 2, [0], [])}
+    early = {0: Pattern("allgather", 0, (Step((Message(1, ((1,),)),), ()),)),
+             1: Pattern("allgather", 1, (Step((), (Message(0, ((1,),)),)),))}
+    with pytest.raises(VerificationError, match="before holding"):
+        verify(early, topologies)
+    twice = {0: Pattern("allgather", 0, (Step((Message(1, ((0,),)), Message(1, ((0,),))), ()),)),
+             1: Pattern("allgather", 1, (Step((), (Message(0, ((0,),)), Message(0, ((0,),)))),))}
+    with pytest.raises(VerificationError, match="2 times"):
+        verify(twice, topologies)
+
+
+def _blocks(base: int, counts, extent: int = 4, datatype=MPI.INT32_T) -> Blocks:
+    displs, acc = [], 0
+    for c in counts:
+        displs.append(acc)
+        acc += c * extent
+    return Blocks(base, tuple(counts), tuple(displs), (datatype,) * len(counts))
+
+
+@settings(max_examples=100, deadline=None)
+@given(multigraphs(), st.data())
+def test_bind_places_direct_messages_in_their_blocks(topologies, data):
+    for r, topology in topologies.items():
+        for family in ("allgather", "alltoall"):
+            nsend = 1 if family == "allgather" else topology.outdegree
+            send = _blocks(1_000_000, data.draw(st.lists(st.integers(0, 4), min_size=nsend, max_size=nsend)))
+            recv = _blocks(5_000_000, data.draw(st.lists(st.integers(0, 4), min_size=topology.indegree,
+                                                         max_size=topology.indegree)))
+            pattern = direct_pattern(topology, family)
+            schedule = bind(pattern, topology, send, recv)
+            assert not has_transit(pattern, topology) and not schedule.copies and schedule.temp is None
+            (sends, recvs), = schedule.steps or [((), ())]
+            send_items = topology.send_items(family)
+            for message, (d, item) in zip(sends, [(d, i) for d, i in zip(topology.destinations, send_items)
+                                                   if d != PROC_NULL]):
+                k = send_items.index(item)
+                assert message.peer == d and message.pieces == (send.piece(0 if family == "allgather" else k),)
+            placed = sorted(message.pieces[0] for message in recvs)
+            assert placed == sorted(recv.piece(i) for i in range(topology.indegree))
+
+
+def test_bind_uses_temp_space_forwarding_and_copies():
+    """A hand-made two-step allgather: rank 1 relays rank 0's block to rank 2 and keeps it."""
+    t = {0: graph_topology(0, 3, [], [1, 2]), 1: graph_topology(1, 3, [0], []),
+         2: graph_topology(2, 3, [0, 0], [])}
+    patterns = {0: Pattern("allgather", 0, (Step((Message(1, ((0,),)),), ()),)),
+                1: Pattern("allgather", 1, (Step((), (Message(0, ((0,),)),)), Step((Message(2, ((0,),)),), ()))),
+                2: Pattern("allgather", 2, (Step(), Step((), (Message(1, ((0,),)),))))}
+    verify(patterns, t)
+    recv1 = _blocks(7000, [3])
+    s1 = bind(patterns[1], t[1], _blocks(100, [3]), recv1)
+    assert s1.steps[1][0][0].pieces == (recv1.piece(0),)  # forwarded from the receive buffer
+    recv2 = _blocks(9000, [3, 3])
+    s2 = bind(patterns[2], t[2], _blocks(200, [3]), recv2)
+    assert s2.copies == [(recv2.piece(0), recv2.piece(1))]  # one arrival, two blocks
+    relay_only = {1: graph_topology(1, 3, [], [])}
+    with pytest.raises(ValueError, match="size is unknown"):
+        bind(patterns[1], relay_only[1], _blocks(100, [3]), _blocks(0, []))
+    s3 = bind(patterns[1], relay_only[1], _blocks(100, [3]), _blocks(0, []), lambda item: (3, MPI.INT32_T))
+    address = s3.steps[0][1][0].pieces[0][0]
+    assert s3.temp is not None and s3.temp.ctypes.data <= address < s3.temp.ctypes.data + s3.temp.nbytes
+    assert s3.steps[1][0][0].pieces[0][0] == address
+
+
+def test_stats_count_messages_and_items():
+    p = Pattern("alltoall", 0, (Step((Message(1, ((0, 1, 0), (0, 2, 0))),), (Message(1, ((1, 0, 0),)),)),
+                                Step((), ())))
+    s = stats(p)
+    assert (s["steps"], s["sends"], s["recvs"], s["send_items"], s["recv_items"]) == (1, 1, 1, 2, 1)
+
+
+# -- buffer specs -----------------------------------------------------------------
+
+
+def test_simple_specs():
+    a = numpy.zeros(12, dtype="i4")
+    base = a.ctypes.data
+    b = parse_simple(a, 3, readonly=False, arg="recvbuf")
+    assert b.counts == (4, 4, 4) and b.displs == (0, 16, 32) and b.address == base
+    b = parse_simple([a, (2, 3), MPI.INT32_T], 1, readonly=True, arg="sendbuf")
+    assert b.counts == (2,) and b.displs == (12,)
+    b = parse_simple([a, "d"], 2, readonly=True, arg="sendbuf")
+    assert b.types[0] == MPI.DOUBLE and b.counts == (3, 3)
+    with pytest.raises(ValueError, match="recvbuf.*5 blocks"):
+        parse_simple(a, 5, readonly=False, arg="recvbuf")
+    with pytest.raises(ValueError, match="sendbuf.*needs bytes"):
+        parse_simple([a, 7, MPI.INT32_T], 2, readonly=True, arg="sendbuf")
+    with pytest.raises(TypeError, match="recvbuf.*read-only"):
+        parse_simple(bytes(8), 1, readonly=False, arg="recvbuf")
+    with pytest.raises(ValueError, match="negative count"):
+        parse_simple([a, -1, MPI.INT32_T], 1, readonly=True, arg="sendbuf")
+
+
+def test_vector_specs():
+    a = numpy.zeros(10, dtype="f8")
+    b = parse_vector(a, 3, readonly=False, arg="recvbuf")
+    assert b.counts == (4, 3, 3) and b.displs == (0, 32, 56)  # mpi4py gives the remainder to the first
+    b = parse_vector([a, 2, 3, MPI.DOUBLE], 3, readonly=False, arg="recvbuf")
+    assert b.counts == (2, 2, 2) and b.displs == (0, 24, 48)
+    b = parse_vector([a, ([1, 2], [4, 0]), MPI.DOUBLE], 2, readonly=False, arg="recvbuf")
+    assert b.displs == (32, 0)
+    with pytest.raises(ValueError, match="recvbuf: expected 2 counts"):
+        parse_vector([a, [1, 2, 3]], 2, readonly=False, arg="recvbuf")
+
+
+def test_w_specs_and_datatype_checks():
+    a = numpy.zeros(8, dtype="i4")
+    b = parse_w([a, ([1, 2], [0, 8]), [MPI.INT32_T, MPI.INT32_T]], 2, readonly=True, arg="sendbuf")
+    assert b.counts == (1, 2) and b.displs == (0, 8)
+    b = parse_w([MPI.BOTTOM, [1], [a.ctypes.data], [MPI.INT32_T]], 1, readonly=True, arg="sendbuf")
+    assert b.address == 0 and b.displs == (a.ctypes.data,)
+    uncommitted = MPI.INT32_T.Create_contiguous(2)
+    with pytest.raises(ValueError, match=r"recvbuf: datatypes\[1\].*not committed"):
+        parse_w([a, ([1, 1], [0, 8]), [MPI.INT32_T, uncommitted]], 2, readonly=False, arg="recvbuf")
+    uncommitted.Free()
+    with pytest.raises(ValueError, match="BOTTOM requires"):
+        parse_w([MPI.BOTTOM, [MPI.INT32_T]], 1, readonly=True, arg="sendbuf")
+    with pytest.raises(ValueError, match="needs bytes"):
+        parse_w([a, ([4], [24]), [MPI.INT32_T]], 1, readonly=True, arg="sendbuf")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 5), max_size=6), st.lists(st.integers(0, 3), max_size=6), st.sampled_from(["i4", "f8"]))
+def test_vector_layouts_round_trip(counts, gaps, dtype):
+    """Random counts and gaps: parsed blocks are where the layout put them, inside the buffer."""
+    gaps = (gaps + [0] * len(counts))[:len(counts)]
+    displs, cursor = [], 0
+    for c, g in zip(counts, gaps):
+        cursor += g
+        displs.append(cursor)
+        cursor += c
+    a = numpy.zeros(max(cursor, 1), dtype=dtype)
+    b = parse_vector([a, (counts, displs)], len(counts), readonly=False, arg="recvbuf")
+    assert b.counts == tuple(counts) and b.displs == tuple(d * a.itemsize for d in displs)
+
+
+class _DLPackOnly:
+    """An array reachable only through the DLPack protocol."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_dlpack_buffers_infer_their_datatype():
+    array = numpy.zeros(6, dtype="f8")
+    blocks = parse_simple(_DLPackOnly(array), 3, readonly=False, arg="recvbuf")
+    assert blocks.types[0] == MPI.DOUBLE and blocks.counts == (2, 2, 2) and blocks.address == array.ctypes.data
