@@ -22,6 +22,9 @@ import sparsecoll
 
 from .test_conformance import check_topology
 
+#: the conformance suite proper covers the other algorithms on general graphs
+CARTESIAN_ALGORITHMS = ("cartesian", "cartesian_trivial")
+
 pytestmark = pytest.mark.timeout(240)
 
 WORLD = MPI.COMM_WORLD
@@ -71,7 +74,7 @@ def test_conformance_on_cartesian_neighborhoods(name):
     try:
         assert {"cartesian", "cartesian_trivial"} <= set(sparsecoll.algorithms())
         assert comm.topology.offsets is not None
-        _agree(check_topology(raw))
+        _agree(check_topology(raw, only=CARTESIAN_ALGORITHMS))
     finally:
         comm.Free()
 
@@ -111,7 +114,7 @@ def test_detection_of_isomorphic_dist_graph(periods):
         assert isinstance(comm, sparsecoll.CartNeighborhoodComm)
         assert comm.topology.offsets is not None
         assert comm.plan_stats("alltoall")["auto"]["combining_rounds"] <= 6
-        _agree(check_topology(MPI.Distgraphcomm(graph)))
+        _agree(check_topology(MPI.Distgraphcomm(graph), only=CARTESIAN_ALGORITHMS))
     finally:
         graph.Free()
         cart.Free()
