@@ -81,7 +81,7 @@ def worked_example() -> None:
     """The paper's example: equations vs the real algorithm."""
     eq = paper2023.worked_example()
     print("== worked example (§V-A): n=2000, 50 nodes x 40 cores, 2 sockets (L=20, S=2), density 0.3")
-    print(f"  paper's text:  7 off-socket + 16 intra-socket = 23 messages per rank vs 600 naive")
+    print("  paper's text:  7 off-socket + 16 intra-socket = 23 messages per rank vs 600 naive")
     print(f"  eqs. as printed: halving steps ceil(log2(n/L))+1 = {eq['halving_steps']}, "
           f"eq.1 n_off = {eq['n_off']:.2f}, eq.2 n_in = {eq['n_in']:.2f}, "
           f"total {eq['n_off'] + eq['n_in']:.2f}; naive delta*n = {eq['naive_messages']:.0f}; "

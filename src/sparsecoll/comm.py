@@ -30,7 +30,7 @@ from . import algorithms
 from .bind import bind, has_transit
 from .buffers import Blocks, parse_simple, parse_vector, parse_w
 from .execute.p2p import Executor, ScheduleRequest
-from .pattern import ALLGATHER, family_of, stats
+from .pattern import family_of, stats
 from .topology import PROC_NULL, Topology, from_comm
 from .topology import cartesian as cartesian_topology
 

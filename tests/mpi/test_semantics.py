@@ -13,7 +13,6 @@ from mpi4py import MPI
 
 import sparsecoll
 
-from . import cases
 
 WORLD = MPI.COMM_WORLD
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-from ..pattern import ALLGATHER, ALLTOALL, Message, Pattern, Step, gather_item, personal_item
+from ..pattern import ALLTOALL, Message, Pattern, Step, gather_item, personal_item
 from ..topology import PROC_NULL, Topology
 from ..topology.cartesian import GRID_OPTION, Grid, grid_of, is_cartesian, routes
 from . import Algorithm, register

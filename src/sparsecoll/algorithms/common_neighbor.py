@@ -80,7 +80,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from numbers import Integral
-from typing import Optional
 
 from mpi4py import MPI
 

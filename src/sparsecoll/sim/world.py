@@ -44,7 +44,7 @@ import gc
 import pickle
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from greenlet import greenlet, getcurrent

@@ -22,7 +22,7 @@ from typing import Optional
 
 from mpi4py import MPI
 
-from ..pattern import ALLGATHER, ALLTOALL, Item, gather_item, personal_item
+from ..pattern import ALLGATHER, ALLTOALL, gather_item, personal_item
 
 PROC_NULL = MPI.PROC_NULL
 
