@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import numpy
 
-from .buffers import Blocks
+from .buffers import Blocks, span
 from .pattern import ALLGATHER, Pattern
 from .topology import Topology
 
@@ -49,15 +49,6 @@ class Schedule:
     temp: Optional[numpy.ndarray] = None
     owners: tuple = ()
     received: dict = field(default_factory=dict)  # item -> piece of its last arrival
-
-
-def _span(count: int, datatype) -> tuple:
-    """(bytes needed, offset of the first byte from the piece address) for count x datatype."""
-    if count == 0:
-        return 0, 0
-    _, extent = datatype.Get_extent()
-    tlb, textent = datatype.Get_true_extent()
-    return (count - 1) * extent + textent, tlb
 
 
 def bind(pattern: Pattern, topology: Topology, send: Blocks, recv: Blocks,
@@ -115,7 +106,8 @@ def bind(pattern: Pattern, topology: Topology, send: Blocks, recv: Blocks,
     if temp_requests:
         offsets, total = [], 0
         for count, datatype in temp_requests:
-            nbytes, first = _span(count, datatype)
+            first, end = span(count, datatype)
+            nbytes = end - first
             offsets.append(total - first)
             total += nbytes + (-nbytes) % 16
         temp = numpy.zeros(max(total, 1), dtype=numpy.uint8)

@@ -51,8 +51,10 @@ class Blocks:
 
     def key(self) -> tuple:
         """A hashable description: same key, same memory and layout."""
+        keys = {}  # one datatype object usually serves every block
         return (self.address, self.counts, self.displs,
-                tuple(datatype_key(t) for t in self.types))
+                tuple(keys[id(t)] if id(t) in keys else keys.setdefault(id(t), datatype_key(t))
+                      for t in self.types))
 
 
 def datatype_key(datatype: MPI.Datatype) -> tuple:
@@ -171,22 +173,28 @@ def _is_datatype(obj) -> bool:
     return isinstance(obj, (MPI.Datatype, str))
 
 
+def span(count: int, datatype: MPI.Datatype) -> tuple:
+    """(first, end): the bytes ``count`` x ``datatype`` touch, as offsets from its address."""
+    if count == 0:
+        return 0, 0
+    _, extent = datatype.Get_extent()
+    true_lb, true_extent = datatype.Get_true_extent()
+    stretch = (count - 1) * extent
+    return true_lb + min(stretch, 0), true_lb + true_extent + max(stretch, 0)
+
+
 def _check_bounds(blocks: Blocks, nbytes: int, arg: str) -> None:
     """Every block must lie inside the buffer (unless the buffer is MPI.BOTTOM)."""
+    spans = {}  # blocks usually repeat one (count, datatype): ask MPI once
     for i, (count, displ, datatype) in enumerate(zip(blocks.counts, blocks.displs, blocks.types)):
-        if count == 0:
-            continue
-        lb, extent = datatype.Get_extent()
-        tlb, textent = datatype.Get_true_extent()
-        first = displ + tlb
-        last = displ + (count - 1) * extent + tlb + textent
-        if (count - 1) * extent < 0:
-            first = min(first, displ + (count - 1) * extent + tlb)
-            last = displ + tlb + textent
-        if first < 0 or last > nbytes:
+        key = (count, id(datatype))
+        if key not in spans:
+            spans[key] = span(count, datatype)
+        first, end = spans[key]
+        if count and (displ + first < 0 or displ + end > nbytes):
             raise ValueError(
-                f"{arg}: block {i} ({count} x datatype of extent {extent} at byte {displ}) "
-                f"needs bytes {first}..{last} but the buffer has {nbytes}")
+                f"{arg}: block {i} ({count} x datatype of extent {datatype.Get_extent()[1]} at byte {displ}) "
+                f"needs bytes {displ + first}..{displ + end} but the buffer has {nbytes}")
 
 
 def _split(spec, arg: str, pair_types: tuple):

@@ -109,13 +109,6 @@ class SharedState:
             self.private.Free()
 
 
-def _or_pairs(a, b, datatype=None):
-    return tuple(x or y for x, y in zip(a, b))
-
-
-_OR_PAIRS = MPI.Op.Create(_or_pairs, commute=True)
-
-
 def _delete_state(comm, keyval, state):
     state.free()
 
@@ -158,11 +151,14 @@ class NeighborhoodMixin:
         return self._sc_state.topology
 
     def resolved_algorithm(self, collective: str) -> str:
-        """The algorithm that runs ``collective`` (``"auto"`` resolved)."""
-        family = family_of(collective)
+        """The algorithm that runs ``collective`` (``"auto"`` resolved once per family)."""
         if self._sc_algorithm != "auto":
             return self._sc_algorithm
-        return algorithms.choose(self._sc_state.topology, family, self._sc_options)
+        family = family_of(collective)
+        chosen = self.__dict__.setdefault("_sc_chosen", {})  # topology and options are fixed per wrapper
+        if family not in chosen:
+            chosen[family] = algorithms.choose(self._sc_state.topology, family, self._sc_options)
+        return chosen[family]
 
     def pattern(self, collective: str):
         """This rank's Pattern for the family of ``collective`` (built once, collectively)."""
@@ -188,7 +184,8 @@ class NeighborhoodMixin:
             # to take the layout from (no edges at all in the alltoall family).
             transit = has_transit(pattern, state.topology)
             blind = transit and family == "alltoall" and not (state.topology.indegree or state.topology.outdegree)
-            state.size_pass[key] = tuple(state.private.allreduce((transit, blind), op=_OR_PAIRS))
+            flags = state.private.allreduce(int(transit) | 2 * int(blind), op=MPI.BOR)
+            state.size_pass[key] = (bool(flags & 1), bool(flags & 2))
         return pattern
 
     def _pattern_key(self, collective: str) -> tuple:

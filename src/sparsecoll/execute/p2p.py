@@ -159,9 +159,7 @@ class ScheduleRequest:
             _Startall(steps[step])
         if step == last:
             _Waitall(steps[step])
-        self._step = -1
-        if not self._persistent:
-            self._release_executor()
+        self._finish()
         return True
 
     def Free(self) -> None:
