@@ -33,6 +33,7 @@ from typing import Optional
 import numpy
 
 from . import graph_topology
+from .cartesian import Grid
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Adjacency:
         extra = {"generator": self.name, **self.params}
         if self.dims is not None:
             extra["dims"] = self.dims
-            extra["coords"] = coords_of(rank, self.dims)
+            extra["coords"] = Grid(self.dims, (True,) * len(self.dims)).coords(rank)
         topology = graph_topology(rank, self.size, self.sources[rank], self.destinations[rank],
                                   offsets=self.offsets, extra=extra)
         if self.dims is None:
@@ -112,23 +113,6 @@ def sparse_alltoall(size: int, p: float, seed: int = 0) -> Adjacency:
     adjacency = random_sparse(size, p, seed)
     return Adjacency(size, adjacency.sources, adjacency.destinations, name="sparse-alltoall",
                      params={"p": adjacency.params["density"], "seed": seed})
-
-
-def coords_of(rank: int, dims) -> tuple:
-    """Row-major coordinates of ``rank`` in a grid (MPI's Cartesian rank order)."""
-    coords = []
-    for extent in reversed(dims):
-        coords.append(rank % extent)
-        rank //= extent
-    return tuple(reversed(coords))
-
-
-def rank_of(coords, dims) -> int:
-    """Row-major rank of periodic ``coords`` in a grid."""
-    rank = 0
-    for c, extent in zip(coords, dims):
-        rank = rank * extent + c % extent
-    return rank
 
 
 def moore_offsets(D: int, R: int) -> tuple:
