@@ -1,0 +1,230 @@
+"""Predicted speedups of common_neighbor over direct on the HiPC 2017 paper's topologies.
+
+Mirsadeghi, Träff, Balaji, Afsahi, "Exploiting Common Neighborhoods to Optimize MPI
+Neighborhood Collectives", HiPC 2017, §VI: neighbor allgather, 4 B blocks, random sparse
+graphs (Figs. 2-3, 4K processes, densities 0.05-0.8) and Moore neighborhoods (Figs. 4-5,
+8K processes, D = 2..4, R = 1..4 without duplicate neighbors).
+
+Usage::
+
+    python scripts/hipc2017_predicted.py --params LABEL=FILE [--params ...] [--random-ranks 1024]
+        [--moore-ranks 4096] [--densities 0.05,0.1,0.2] [--moore 2:1,2:2,...] [--timeout S]
+        [--memory-gib G] [--out results/hipc2017-predicted]
+
+Every case is one ``sparsecoll simulate`` run (``--algorithms direct,common_neighbor
+--family allgather --sizes 4``, verify on), in a child process with a time limit and an
+address-space limit, so a case that does not fit is reported as such, not dropped. The
+first ``--params`` set is ``simulate``'s ``--params``, the others its ``--compare-params``.
+The Moore cases also report whether the grid (``MPI.Compute_dims``) is too small for the
+radius, which gives repeated neighbors (the paper's remark on D = 4, R = 4 at 8K).
+
+The paper's column quotes its text (the figures' bar values are not in the text):
+improvement = 1 - t(common neighbor) / t(naive), the paper's "reduction in latency".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: What the paper's text says about each case (§VI-A, §VI-B); improvement = 1 - t_opt / t_default.
+PAPER_RANDOM = {
+    0.05: "about 50% at 4 B (Fig. 2, 4K processes); 36% at 1 KB (Fig. 3)",
+    0.1: "mostly about 50% (Figs. 2-3, 4K processes)",
+    0.2: "71% at 4 B (Fig. 3, 4K processes), the paper's maximum",
+}
+PAPER_MOORE = {
+    (2, 1): "slight increase in latency (Fig. 4a, 8K processes)",
+    (2, 2): "about 40% (Fig. 5, 8K processes)",
+    (4, 3): "67% (Fig. 4, 8K processes), the Moore maximum",
+}
+PAPER_MOORE_OTHER = "between 43% and 67% (Fig. 4, 8K processes); larger for larger D or R"
+PAPER_MOORE_HIGH_D = "more than 65% for D > 2 (Fig. 5)"
+
+
+def moore_duplicates(ranks: int, D: int, R: int) -> dict:
+    """Grid dims of the Moore generator and whether radius ``R`` repeats neighbors on it."""
+    from sparsecoll.topology.generators import compute_dims
+    dims = compute_dims(ranks, D)
+    short = [d for d in dims if 2 * R + 1 > d]
+    return {"dims": list(dims), "duplicates": bool(short),
+            "why": (f"dims {dims}: 2R+1 = {2 * R + 1} > {min(short)}, so distinct offsets wrap onto the same "
+                    "rank: repeated neighbors (and self loops where an offset is a multiple of the dimension)"
+                    if short else f"dims {dims}: every dimension >= 2R+1 = {2 * R + 1}, no repeated neighbors")}
+
+
+def _limit_memory(gib: float):
+    def apply():
+        limit = int(gib * 2 ** 30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return apply
+
+
+def run_case(ranks: int, spec: str, params: list, timeout: float, memory_gib: float, out: Path) -> dict:
+    """One ``sparsecoll simulate`` run in a child process; its simulate.json or why it failed."""
+    out.mkdir(parents=True, exist_ok=True)
+    first, *others = params
+    command = [sys.executable, "-m", "sparsecoll", "simulate", "--ranks", str(ranks), "--topology", spec,
+               "--algorithms", "direct,common_neighbor", "--family", "allgather", "--sizes", "4",
+               "--params", first.partition("=")[2], "--out", str(out)]
+    for other in others:
+        command += ["--compare-params", other]
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=_limit_memory(memory_gib))
+    except subprocess.TimeoutExpired:
+        return {"status": f"timed out after {timeout:.0f} s", "wall_seconds": time.perf_counter() - start,
+                "command": command}
+    wall = time.perf_counter() - start
+    (out / "stdout.txt").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+        kind = "out of memory" if "MemoryError" in done.stderr else f"exit status {done.returncode}"
+        return {"status": f"failed ({kind}): {tail[0]}", "wall_seconds": wall, "command": command}
+    return {"status": "ok", "wall_seconds": wall, "command": command,
+            "simulate": json.loads((out / "simulate.json").read_text())}
+
+
+def _row(case: dict, labels: list) -> dict:
+    """Speedup and improvement per parameter set, build/verify seconds, counts."""
+    result = case["result"]
+    row = {k: case[k] for k in ("name", "ranks", "spec", "paper")}
+    row.update(status=result["status"], wall_seconds=result["wall_seconds"])
+    if "moore" in case:
+        row["moore"] = case["moore"]
+    if result["status"] != "ok":
+        return row
+    algorithms = result["simulate"]["algorithms"]
+    direct, cn = algorithms["direct"], algorithms["common_neighbor"]
+    row["verified"] = bool(direct["verified"] and cn["verified"])
+    row["edges"] = result["simulate"]["edges"]
+    for name, entry in (("direct", direct), ("common_neighbor", cn)):
+        row[name] = {"build_seconds": entry["build_seconds"], "verify_seconds": entry["verify_seconds"],
+                     "max_steps": entry["max_steps"], "max_sends": entry["max_sends"],
+                     "mean_sends": entry["mean_sends"]}
+    row["protocol"] = {"messages_max": cn.get("max_messages"), "depth_max": cn.get("max_depth")}
+    row["speedup"], row["improvement"] = {}, {}
+    for i, label in enumerate(labels):
+        source = cn if i == 0 else cn["by_machine"][label]
+        speedup = source["speedup_over_direct"]["4"]
+        row["speedup"][label] = speedup
+        row["improvement"][label] = 1.0 - 1.0 / speedup
+    return row
+
+
+def duplicate_survey(sizes, Ds=(2, 3, 4), Rs=(1, 2, 3, 4)) -> list:
+    """``(ranks, D, R, dims)`` of every Moore case that repeats neighbors at the given sizes."""
+    found = []
+    for ranks in sizes:
+        for D in Ds:
+            for R in Rs:
+                info = moore_duplicates(ranks, D, R)
+                if info["duplicates"]:
+                    found.append((ranks, D, R, info["dims"]))
+    return found
+
+
+def markdown(rows: list, labels: list, machines: dict, command: str, survey=()) -> str:
+    """The table (and the parameter sets) as markdown."""
+    lines = ["# HiPC 2017 topologies: predicted speedup of common_neighbor over direct (allgather, 4 B)", "",
+             f"Command: `{command}`", "",
+             "improvement = 1 - t(common_neighbor) / t(direct) (the paper's latency reduction); "
+             "speedup = t(direct) / t(common_neighbor). Predictions: `sparsecoll simulate` (real builders on "
+             "virtual ranks, verify on, per-step single-port model of `sparsecoll.model.evaluate`, every pair "
+             "of ranks in one class).", "", "Parameter sets:", ""]
+    for label in labels:
+        lines.append(f"* `{label}`: {machines[label]}")
+    head = ["topology", "ranks"] + [f"improvement {label}" for label in labels] + \
+           [f"speedup {label}" for label in labels] + \
+           ["paper (text)", "direct sends max/mean", "CN steps, sends max/mean", "build s direct / CN",
+            "verify s direct / CN", "status"]
+    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        if row["status"] != "ok":
+            cells = [row["name"], str(row["ranks"])] + ["-"] * (2 * len(labels)) + \
+                    [row["paper"], "-", "-", "-", "-", f"{row['status']} (wall {row['wall_seconds']:.0f} s)"]
+        else:
+            d, c = row["direct"], row["common_neighbor"]
+            cells = [row["name"], str(row["ranks"])] + \
+                    [f"{row['improvement'][label]:+.0%}" for label in labels] + \
+                    [f"{row['speedup'][label]:.2f}" for label in labels] + \
+                    [row["paper"], f"{d['max_sends']} / {d['mean_sends']:.1f}",
+                     f"{c['max_steps']}, {c['max_sends']} / {c['mean_sends']:.1f}",
+                     f"{d['build_seconds']:.1f} / {c['build_seconds']:.1f}",
+                     f"{d['verify_seconds']:.1f} / {c['verify_seconds']:.1f}",
+                     "ok, verified" if row["verified"] else "ok, NOT verified"]
+        lines.append("| " + " | ".join(cells) + " |")
+    moore = [row for row in rows if "moore" in row]
+    if moore:
+        lines += ["", "Moore grids and repeated neighbors (the generator lists every offset; where 2R+1 exceeds "
+                  "a grid dimension, offsets wrap onto the same rank and the lists keep the repeats, as MPI "
+                  "allows; the paper instead left such cases out):", ""]
+        for row in moore:
+            lines.append(f"* {row['name']} at {row['ranks']} ranks: {row['moore']['why']}")
+    if survey:
+        lines += ["", "Moore (D, R), D = 2..4, R = 1..4, that repeat neighbors: " + "; ".join(
+            f"{ranks} ranks D={D} R={R} (dims {dims})" for ranks, D, R, dims in survey)]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """Run every case and write the table (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", action="append", required=True, metavar="LABEL=FILE",
+                        help="parameter file with a label (repeatable; the first is simulate's --params)")
+    parser.add_argument("--random-ranks", type=int, default=1024)
+    parser.add_argument("--moore-ranks", type=int, default=4096)
+    parser.add_argument("--densities", default="0.05,0.1,0.2")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--moore", default="2:1,2:2,2:3,3:1,3:2,3:3,4:1,4:2,4:3", help="D:R pairs, comma separated")
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per case")
+    parser.add_argument("--memory-gib", type=float, default=8.0, help="address-space limit per case")
+    parser.add_argument("--out", default="results/hipc2017-predicted")
+    args = parser.parse_args(argv)
+    from sparsecoll.sim.simulate import parse_labelled_params
+    try:
+        machines = parse_labelled_params(args.params)
+    except (ValueError, OSError) as exc:
+        parser.error(str(exc))
+    labels = list(machines)
+    descriptions = {label: f"{m.model} " + ", ".join(f"{k}={v:.4g}" for k, v in next(iter(m.classes.values())).items())
+                    + f" ({m.source})" for label, m in machines.items()}
+    cases = []
+    for density in (float(x) for x in args.densities.split(",")):
+        cases.append({"name": f"random density {density:g}", "ranks": args.random_ranks,
+                      "spec": f"random:density={density:g},seed={args.seed}",
+                      "paper": PAPER_RANDOM.get(density, "not reported")})
+    for pair in args.moore.split(","):
+        D, R = (int(x) for x in pair.split(":"))
+        paper = PAPER_MOORE.get((D, R), PAPER_MOORE_HIGH_D if D > 2 else PAPER_MOORE_OTHER)
+        cases.append({"name": f"Moore D={D} R={R}", "ranks": args.moore_ranks, "spec": f"moore:D={D},R={R}",
+                      "paper": paper, "moore": moore_duplicates(args.moore_ranks, D, R)})
+    out = Path(args.out)
+    command = "python scripts/hipc2017_predicted.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    survey = duplicate_survey(sorted({args.moore_ranks, 8192}))
+    rows = []
+    for case in cases:
+        slug = case["spec"].replace(":", "_").replace(",", "_").replace("=", "")
+        print(f"{case['name']} at {case['ranks']} ranks ...", flush=True)
+        case["result"] = run_case(case["ranks"], case["spec"], args.params, args.timeout, args.memory_gib,
+                                  out / "cases" / f"{slug}_{case['ranks']}")
+        rows.append(_row(case, labels))
+        print(f"  {rows[-1]['status']}, {rows[-1]['wall_seconds']:.1f} s"
+              + (f", improvement {rows[-1]['improvement']}" if "improvement" in rows[-1] else ""), flush=True)
+        # written after every case, so a stopped run keeps what finished
+        (out / "hipc2017-predicted.json").write_text(json.dumps(
+            {"command": command, "machines": {k: m.to_json() for k, m in machines.items()}, "rows": rows},
+            indent=2) + "\n")
+        (out / "hipc2017-predicted.md").write_text(markdown(rows, labels, descriptions, command, survey) + "\n")
+    print(markdown(rows, labels, descriptions, command, survey))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
