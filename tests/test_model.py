@@ -165,3 +165,39 @@ def test_time_equations():
     assert math.isclose(eq.worked_example(1.0, 0.0)["t_naive"] / eq.worked_example(1.0, 0.0)["t_dh"],
                         48000 / (80 * (8 + eq.n_in(n, L, d))))
     assert numpy.isfinite(eq.t_dh(64, 64, 1, 0.5, 4, a, b))
+
+
+def test_simulate_compares_parameter_sets_from_the_same_patterns(tmp_path):
+    slow = hockney(2.0, 0.0, "twice the latency")
+    results = simulate(64, "moore:D=2,R=2", ["direct", "cartesian"], "allgather", [4], hockney(1.0, 0.0),
+                       compare={"slow": slow})
+    for entry in results["algorithms"].values():
+        assert entry["by_machine"]["slow"]["latency"]["4"] == pytest.approx(2 * entry["latency"]["4"])
+        assert entry["by_machine"]["slow"]["speedup_over_direct"] == entry["speedup_over_direct"]
+        assert entry["verify_seconds"] >= 0
+    assert results["algorithms"]["cartesian"]["speedup_over_direct"]["4"] > 1
+    from sparsecoll.sim.simulate import parse_labelled_params
+    path = tmp_path / "slow.json"
+    slow.save(path)
+    assert parse_labelled_params([f"slow={path}"]) == {"slow": slow}
+    for bad in ("slow", f"={path}", "slow="):
+        with pytest.raises(ValueError, match="compare-params"):
+            parse_labelled_params([bad])
+
+
+def test_simulate_hands_the_placement_to_distance_halving():
+    one_socket = simulate(64, "random:density=0.3,seed=2", ["distance_halving"], "allgather", [4], hockney(1.0, 0.0))
+    placed = simulate(64, "random:density=0.3,seed=2", ["distance_halving"], "allgather", [4], hockney(1.0, 0.0),
+                      Placement(8, 2))
+    assert one_socket["algorithms"]["distance_halving"]["max_steps"] == 1  # one socket: no halving
+    assert placed["algorithms"]["distance_halving"]["max_steps"] > 1
+
+
+def test_ping_pong_rejects_bad_arguments_before_communicating():
+    from mpi4py import MPI
+
+    from sparsecoll.model.calibrate import ping_pong
+    with pytest.raises(ValueError, match="pairs"):
+        ping_pong(MPI.COMM_SELF, [0, 8], 5, pairs="some")
+    with pytest.raises(ValueError, match="reps"):
+        ping_pong(MPI.COMM_SELF, [0, 8], 0)
