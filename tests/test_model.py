@@ -201,3 +201,18 @@ def test_ping_pong_rejects_bad_arguments_before_communicating():
         ping_pong(MPI.COMM_SELF, [0, 8], 5, pairs="some")
     with pytest.raises(ValueError, match="reps"):
         ping_pong(MPI.COMM_SELF, [0, 8], 0)
+
+
+def test_loggp_burst_fit_inverts_the_evaluator():
+    """Burst times predicted by evaluate (o = 0) give back L, g, G through fit_loggp_bursts."""
+    from sparsecoll.model.calibrate import fit_loggp_bursts
+    truth = loggp(50e-6, 0.0, 3e-6, 0.2e-9)
+
+    def step(k, m):  # ranks 0 and 1 exchange k messages of m bytes each way in one step
+        spec = {0: [([(1, 1)] * k, [(1, 1)] * k)], 1: [([(0, 1)] * k, [(0, 1)] * k)]}
+        return evaluate(patterns(2, spec), truth, m).latency
+    counts, sizes, smallest = [1, 2, 4, 8, 16], [4, 1024, 4096, 16384], 4
+    fit = fit_loggp_bursts(counts, [step(k, smallest) for k in counts], sizes, [step(1, m) for m in sizes], smallest)
+    assert fit == pytest.approx({"L": 50e-6, "o": 0.0, "g": 3e-6, "G": 0.2e-9}, rel=1e-6, abs=1e-15)
+    with pytest.raises(ValueError, match="counts"):
+        fit_loggp_bursts([4, 4], [1.0, 1.0], sizes, [1.0] * 4, smallest)
