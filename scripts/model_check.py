@@ -20,9 +20,10 @@ quartiles and median, the prediction and its relative error ``pred / median - 1`
 parameter set, the measured and predicted speedup over ``direct``, the *critical-path
 message count* (the prediction of the normalized model alpha = 1, beta = 0), and whether
 the simulated Patterns have the numbers the benchmark recorded (steps, messages, items).
-Per run: the median and range of the errors, and the least-squares line
-``median = c0 + c1 * count`` with its R^2, which says how much of the measured variation
-the model's message counting explains.
+Per run: the median and range of the errors, and the least-squares fits (in-sample,
+not predictions) ``median = c0 + c1 * count`` and ``median = c0 + c1 * count + c2 *
+steps`` with their R^2, which say how much of the measured variation the model's message
+counting explains, and how much a cost per step adds.
 """
 
 from __future__ import annotations
@@ -116,12 +117,19 @@ def _summary(rows, machines) -> dict:
                       "min_error": float(errors.min()), "max_error": float(errors.max()),
                       "median_error": float(numpy.median(errors))}
     counts = numpy.array([r["count"] for r in rows], dtype=float)
+    steps = numpy.array([r["plan_simulated"]["steps_max"] for r in rows], dtype=float)
     medians = numpy.array([r["median"] for r in rows])
-    if counts.size >= 2 and numpy.ptp(counts) > 0:
-        c1, c0 = numpy.polyfit(counts, medians, 1)
-        residual = medians - (c0 + c1 * counts)
+    fits = {"fit_median_vs_count": ("c0_seconds", "c1_seconds_per_message"),
+            "fit_median_vs_count_and_steps": ("c0_seconds", "c1_seconds_per_message", "c2_seconds_per_step")}
+    columns = {"fit_median_vs_count": [counts], "fit_median_vs_count_and_steps": [counts, steps]}
+    for name, names in fits.items():
+        design = numpy.column_stack([numpy.ones_like(counts), *columns[name]])
+        if len(rows) <= design.shape[1] or numpy.linalg.matrix_rank(design) < design.shape[1]:
+            continue
+        coefficients, *_ = numpy.linalg.lstsq(design, medians, rcond=None)
+        residual = medians - design @ coefficients
         r2 = 1.0 - float(residual @ residual) / float(((medians - medians.mean()) ** 2).sum())
-        out["fit_median_vs_count"] = {"c0_seconds": float(c0), "c1_seconds_per_message": float(c1), "r2": r2}
+        out[name] = {**dict(zip(names, map(float, coefficients))), "r2": r2}
     same = [r for r in rows if "speedup_measured" in r and r["algorithm"] not in ("direct",)]
     for label in machines:
         agree = sum(1 for r in same if (r["speedup_measured"] >= 1) == (r["speedup_predicted"].get(label, 0) >= 1))
@@ -172,8 +180,14 @@ def markdown(checks: list, machines: dict, command: str) -> str:
                          f"| {s['speedup_direction_agrees']} |")
         fit = check["summary"].get("fit_median_vs_count")
         if fit:
-            lines += ["", f"Least squares over this run's rows: median = {_us(fit['c0_seconds'])} us + "
-                      f"{_us(fit['c1_seconds_per_message'])} us x count, R^2 = {fit['r2']:.2f}."]
+            lines += ["", f"Least squares over this run's rows (in-sample, not a prediction): median = "
+                      f"{_us(fit['c0_seconds'])} us + {_us(fit['c1_seconds_per_message'])} us x count, "
+                      f"R^2 = {fit['r2']:.2f}."]
+        fit = check["summary"].get("fit_median_vs_count_and_steps")
+        if fit:
+            lines += [f"With the steps as a second variable: median = {_us(fit['c0_seconds'])} us + "
+                      f"{_us(fit['c1_seconds_per_message'])} us x count + {_us(fit['c2_seconds_per_step'])} us x "
+                      f"steps, R^2 = {fit['r2']:.2f}."]
         lines.append("")
     return "\n".join(lines)
 
