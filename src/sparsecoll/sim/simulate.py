@@ -100,6 +100,7 @@ def simulate(ranks: int, topology: str, algorithms, family: str, sizes, machine,
         results["algorithms"][name] = {
             **run.summary(), "verified": run.verified is not None,
             "verify_seconds": run.info.get("verify_seconds"),
+            "build_cpu_seconds": run.info["build_cpu_seconds"], "verify_cpu_seconds": run.info.get("verify_cpu_seconds"),
             "predict_seconds": time.perf_counter() - start,
             "latency": {str(m): t for m, t in latencies.items()},
             **({"by_machine": by_machine} if by_machine else {}),
