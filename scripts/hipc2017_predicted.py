@@ -8,12 +8,16 @@ graphs (Figs. 2-3, 4K processes, densities 0.05-0.8) and Moore neighborhoods (Fi
 Usage::
 
     python scripts/hipc2017_predicted.py --params LABEL=FILE [--params ...] [--random-ranks 1024]
-        [--moore-ranks 4096] [--densities 0.05,0.1,0.2] [--moore 2:1,2:2,...] [--timeout S]
-        [--memory-gib G] [--out results/hipc2017-predicted]
+        [--moore-ranks 4096] [--densities 0.05,0.1,0.2] [--moore 2:1,2:2,...] [--cpu-limit S]
+        [--timeout S] [--budget S] [--memory-gib G] [--out results/hipc2017-predicted]
 
 Every case is one ``sparsecoll simulate`` run (``--algorithms direct,common_neighbor
---family allgather --sizes 4``, verify on), in a child process with a time limit and an
-address-space limit, so a case that does not fit is reported as such, not dropped. The
+--family allgather --sizes 4``, verify on), in a child process with a CPU-time limit
+(``--cpu-limit``: the machine may be shared, so wall time says little), a wall-time limit
+and an address-space limit, so a case that does not fit is reported as such, not
+dropped. Cases run cheapest first (estimated by ranks x degree^2, the size of the
+common-neighborhood exchange of Algorithm 1); once ``--budget`` seconds have passed, the
+remaining cases are reported as not run. The
 first ``--params`` set is ``simulate``'s ``--params``, the others its ``--compare-params``.
 The Moore cases also report whether the grid (``MPI.Compute_dims``) is too small for the
 radius, which gives repeated neighbors (the paper's remark on D = 4, R = 4 at 8K).
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -58,14 +63,22 @@ def moore_duplicates(ranks: int, D: int, R: int) -> dict:
                     if short else f"dims {dims}: every dimension >= 2R+1 = {2 * R + 1}, no repeated neighbors")}
 
 
-def _limit_memory(gib: float):
+def _limits(gib: float, cpu_seconds: float):
     def apply():
-        limit = int(gib * 2 ** 30)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        memory = int(gib * 2 ** 30)
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        cpu = int(cpu_seconds)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     return apply
 
 
-def run_case(ranks: int, spec: str, params: list, timeout: float, memory_gib: float, out: Path) -> dict:
+def estimated_work(ranks: int, degree: float) -> float:
+    """Ranks x degree^2: the entries of Algorithm 1's common-neighborhood exchange (for ordering only)."""
+    return ranks * degree * degree
+
+
+def run_case(ranks: int, spec: str, params: list, timeout: float, memory_gib: float, out: Path,
+             cpu_limit: float) -> dict:
     """One ``sparsecoll simulate`` run in a child process; its simulate.json or why it failed."""
     out.mkdir(parents=True, exist_ok=True)
     first, *others = params
@@ -77,12 +90,15 @@ def run_case(ranks: int, spec: str, params: list, timeout: float, memory_gib: fl
     start = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                              preexec_fn=_limit_memory(memory_gib))
+                              preexec_fn=_limits(memory_gib, cpu_limit))
     except subprocess.TimeoutExpired:
-        return {"status": f"timed out after {timeout:.0f} s", "wall_seconds": time.perf_counter() - start,
+        return {"status": f"wall-time limit of {timeout:.0f} s reached", "wall_seconds": time.perf_counter() - start,
                 "command": command}
     wall = time.perf_counter() - start
     (out / "stdout.txt").write_text(done.stdout + done.stderr)
+    if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        return {"status": f"CPU-time limit of {cpu_limit:.0f} s reached (signal {-done.returncode})",
+                "wall_seconds": wall, "command": command}
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
         kind = "out of memory" if "MemoryError" in done.stderr else f"exit status {done.returncode}"
@@ -106,6 +122,8 @@ def _row(case: dict, labels: list) -> dict:
     row["edges"] = result["simulate"]["edges"]
     for name, entry in (("direct", direct), ("common_neighbor", cn)):
         row[name] = {"build_seconds": entry["build_seconds"], "verify_seconds": entry["verify_seconds"],
+                     "build_cpu_seconds": entry.get("build_cpu_seconds"),
+                     "verify_cpu_seconds": entry.get("verify_cpu_seconds"),
                      "max_steps": entry["max_steps"], "max_sends": entry["max_sends"],
                      "mean_sends": entry["mean_sends"]}
     row["protocol"] = {"messages_max": cn.get("max_messages"), "depth_max": cn.get("max_depth")}
@@ -142,7 +160,7 @@ def markdown(rows: list, labels: list, machines: dict, command: str, survey=()) 
         lines.append(f"* `{label}`: {machines[label]}")
     head = ["topology", "ranks"] + [f"improvement {label}" for label in labels] + \
            [f"speedup {label}" for label in labels] + \
-           ["paper (text)", "direct sends max/mean", "CN steps, sends max/mean", "build s direct / CN",
+           ["paper (text)", "direct sends max/mean", "CN steps, sends max/mean", "build s (wall) direct / CN (CN CPU)",
             "verify s direct / CN", "status"]
     lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
@@ -156,7 +174,7 @@ def markdown(rows: list, labels: list, machines: dict, command: str, survey=()) 
                     [f"{row['speedup'][label]:.2f}" for label in labels] + \
                     [row["paper"], f"{d['max_sends']} / {d['mean_sends']:.1f}",
                      f"{c['max_steps']}, {c['max_sends']} / {c['mean_sends']:.1f}",
-                     f"{d['build_seconds']:.1f} / {c['build_seconds']:.1f}",
+                     f"{d['build_seconds']:.1f} / {c['build_seconds']:.1f} (CPU {c['build_cpu_seconds']:.1f})",
                      f"{d['verify_seconds']:.1f} / {c['verify_seconds']:.1f}",
                      "ok, verified" if row["verified"] else "ok, NOT verified"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -183,7 +201,9 @@ def main(argv=None) -> int:
     parser.add_argument("--densities", default="0.05,0.1,0.2")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--moore", default="2:1,2:2,2:3,3:1,3:2,3:3,4:1,4:2,4:3", help="D:R pairs, comma separated")
-    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per case")
+    parser.add_argument("--cpu-limit", type=float, default=600.0, help="CPU seconds per case")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="wall seconds per case")
+    parser.add_argument("--budget", type=float, default=None, help="wall seconds for the whole run")
     parser.add_argument("--memory-gib", type=float, default=8.0, help="address-space limit per case")
     parser.add_argument("--out", default="results/hipc2017-predicted")
     args = parser.parse_args(argv)
@@ -199,21 +219,29 @@ def main(argv=None) -> int:
     for density in (float(x) for x in args.densities.split(",")):
         cases.append({"name": f"random density {density:g}", "ranks": args.random_ranks,
                       "spec": f"random:density={density:g},seed={args.seed}",
-                      "paper": PAPER_RANDOM.get(density, "not reported")})
+                      "paper": PAPER_RANDOM.get(density, "not reported"),
+                      "work": estimated_work(args.random_ranks, density * (args.random_ranks - 1))})
     for pair in args.moore.split(","):
         D, R = (int(x) for x in pair.split(":"))
         paper = PAPER_MOORE.get((D, R), PAPER_MOORE_HIGH_D if D > 2 else PAPER_MOORE_OTHER)
         cases.append({"name": f"Moore D={D} R={R}", "ranks": args.moore_ranks, "spec": f"moore:D={D},R={R}",
-                      "paper": paper, "moore": moore_duplicates(args.moore_ranks, D, R)})
+                      "paper": paper, "moore": moore_duplicates(args.moore_ranks, D, R),
+                      "work": estimated_work(args.moore_ranks, (2 * R + 1) ** D - 1)})
+    cases.sort(key=lambda case: case["work"])
     out = Path(args.out)
     command = "python scripts/hipc2017_predicted.py " + " ".join(sys.argv[1:] if argv is None else argv)
     survey = duplicate_survey(sorted({args.moore_ranks, 8192}))
     rows = []
+    started = time.perf_counter()
     for case in cases:
         slug = case["spec"].replace(":", "_").replace(",", "_").replace("=", "")
         print(f"{case['name']} at {case['ranks']} ranks ...", flush=True)
-        case["result"] = run_case(case["ranks"], case["spec"], args.params, args.timeout, args.memory_gib,
-                                  out / "cases" / f"{slug}_{case['ranks']}")
+        if args.budget is not None and time.perf_counter() - started > args.budget:
+            case["result"] = {"status": f"not run: the run's time budget of {args.budget:.0f} s was spent",
+                              "wall_seconds": 0.0}
+        else:
+            case["result"] = run_case(case["ranks"], case["spec"], args.params, args.timeout, args.memory_gib,
+                                      out / "cases" / f"{slug}_{case['ranks']}", args.cpu_limit)
         rows.append(_row(case, labels))
         print(f"  {rows[-1]['status']}, {rows[-1]['wall_seconds']:.1f} s"
               + (f", improvement {rows[-1]['improvement']}" if "improvement" in rows[-1] else ""), flush=True)
