@@ -206,6 +206,10 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=float, default=None, help="wall seconds for the whole run")
     parser.add_argument("--memory-gib", type=float, default=8.0, help="address-space limit per case")
     parser.add_argument("--out", default="results/hipc2017-predicted")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the finished rows of OUT/hipc2017-predicted.json (same case and ranks) "
+                             "instead of running them again")
+    parser.add_argument("--first", default="", help="SPECs to run before the others, comma separated by ';'")
     args = parser.parse_args(argv)
     from sparsecoll.sim.simulate import parse_labelled_params
     try:
@@ -227,15 +231,24 @@ def main(argv=None) -> int:
         cases.append({"name": f"Moore D={D} R={R}", "ranks": args.moore_ranks, "spec": f"moore:D={D},R={R}",
                       "paper": paper, "moore": moore_duplicates(args.moore_ranks, D, R),
                       "work": estimated_work(args.moore_ranks, (2 * R + 1) ** D - 1)})
-    cases.sort(key=lambda case: case["work"])
+    first = [spec for spec in args.first.split(";") if spec]
+    cases.sort(key=lambda case: (case["spec"] not in first, case["work"]))
     out = Path(args.out)
     command = "python scripts/hipc2017_predicted.py " + " ".join(sys.argv[1:] if argv is None else argv)
     survey = duplicate_survey(sorted({args.moore_ranks, 8192}))
+    finished = {}
+    if args.resume and (out / "hipc2017-predicted.json").exists():
+        previous = json.loads((out / "hipc2017-predicted.json").read_text())
+        finished = {(row["spec"], row["ranks"]): row for row in previous["rows"] if row["status"] == "ok"}
     rows = []
     started = time.perf_counter()
     for case in cases:
         slug = case["spec"].replace(":", "_").replace(",", "_").replace("=", "")
         print(f"{case['name']} at {case['ranks']} ranks ...", flush=True)
+        if (case["spec"], case["ranks"]) in finished:
+            rows.append(finished[(case["spec"], case["ranks"])])
+            print("  kept from the previous run", flush=True)
+            continue
         if args.budget is not None and time.perf_counter() - started > args.budget:
             case["result"] = {"status": f"not run: the run's time budget of {args.budget:.0f} s was spent",
                               "wall_seconds": 0.0}
