@@ -206,10 +206,10 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=float, default=None, help="wall seconds for the whole run")
     parser.add_argument("--memory-gib", type=float, default=8.0, help="address-space limit per case")
     parser.add_argument("--out", default="results/hipc2017-predicted")
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the finished rows of OUT/hipc2017-predicted.json (same case and ranks) "
-                             "instead of running them again")
-    parser.add_argument("--first", default="", help="SPECs to run before the others, comma separated by ';'")
+    parser.add_argument("--resume-from", action="append", default=[], metavar="DIR",
+                        help="keep the rows of DIR/hipc2017-predicted.json (repeatable): finished ones are not run "
+                             "again; failed ones are kept when the budget leaves no time to try again")
+    parser.add_argument("--first", default="", help="SPECs to run before the others, separated by ';'")
     args = parser.parse_args(argv)
     from sparsecoll.sim.simulate import parse_labelled_params
     try:
@@ -220,12 +220,12 @@ def main(argv=None) -> int:
     descriptions = {label: f"{m.model} " + ", ".join(f"{k}={v:.4g}" for k, v in next(iter(m.classes.values())).items())
                     + f" ({m.source})" for label, m in machines.items()}
     cases = []
-    for density in (float(x) for x in args.densities.split(",")):
+    for density in (float(x) for x in args.densities.split(",") if x):
         cases.append({"name": f"random density {density:g}", "ranks": args.random_ranks,
                       "spec": f"random:density={density:g},seed={args.seed}",
                       "paper": PAPER_RANDOM.get(density, "not reported"),
                       "work": estimated_work(args.random_ranks, density * (args.random_ranks - 1))})
-    for pair in args.moore.split(","):
+    for pair in filter(None, args.moore.split(",")):
         D, R = (int(x) for x in pair.split(":"))
         paper = PAPER_MOORE.get((D, R), PAPER_MOORE_HIGH_D if D > 2 else PAPER_MOORE_OTHER)
         cases.append({"name": f"Moore D={D} R={R}", "ranks": args.moore_ranks, "spec": f"moore:D={D},R={R}",
@@ -236,10 +236,14 @@ def main(argv=None) -> int:
     out = Path(args.out)
     command = "python scripts/hipc2017_predicted.py " + " ".join(sys.argv[1:] if argv is None else argv)
     survey = duplicate_survey(sorted({args.moore_ranks, 8192}))
-    finished = {}
-    if args.resume and (out / "hipc2017-predicted.json").exists():
-        previous = json.loads((out / "hipc2017-predicted.json").read_text())
-        finished = {(row["spec"], row["ranks"]): row for row in previous["rows"] if row["status"] == "ok"}
+    finished, attempted = {}, {}
+    for folder in args.resume_from:
+        for row in json.loads((Path(folder) / "hipc2017-predicted.json").read_text())["rows"]:
+            key = (row["spec"], row["ranks"])
+            if row["status"] == "ok":
+                finished[key] = row
+            elif not row["status"].startswith("not run"):
+                attempted.setdefault(key, row)
     rows = []
     started = time.perf_counter()
     for case in cases:
@@ -250,6 +254,10 @@ def main(argv=None) -> int:
             print("  kept from the previous run", flush=True)
             continue
         if args.budget is not None and time.perf_counter() - started > args.budget:
+            if (case["spec"], case["ranks"]) in attempted:
+                rows.append(attempted[(case["spec"], case["ranks"])])
+                print(f"  kept from a previous run: {rows[-1]['status']}", flush=True)
+                continue
             case["result"] = {"status": f"not run: the run's time budget of {args.budget:.0f} s was spent",
                               "wall_seconds": 0.0}
         else:
