@@ -48,8 +48,8 @@ PAPER_MOORE = {
     (2, 2): "about 40% (Fig. 5, 8K processes)",
     (4, 3): "67% (Fig. 4, 8K processes), the Moore maximum",
 }
-PAPER_MOORE_OTHER = "between 43% and 67% (Fig. 4, 8K processes); larger for larger D or R"
-PAPER_MOORE_HIGH_D = "more than 65% for D > 2 (Fig. 5)"
+PAPER_MOORE_OTHER = "at least 43%, at most 67% (Fig. 4, 8K processes); larger for larger D or R"
+PAPER_MOORE_HIGH_D = "at least 43% (Fig. 4, 8K processes); Fig. 5: more than 65% for higher D"
 
 
 def moore_duplicates(ranks: int, D: int, R: int) -> dict:
@@ -250,12 +250,12 @@ def main(argv=None) -> int:
         slug = case["spec"].replace(":", "_").replace(",", "_").replace("=", "")
         print(f"{case['name']} at {case['ranks']} ranks ...", flush=True)
         if (case["spec"], case["ranks"]) in finished:
-            rows.append(finished[(case["spec"], case["ranks"])])
+            rows.append({**finished[(case["spec"], case["ranks"])], "paper": case["paper"]})
             print("  kept from the previous run", flush=True)
             continue
         if args.budget is not None and time.perf_counter() - started > args.budget:
             if (case["spec"], case["ranks"]) in attempted:
-                rows.append(attempted[(case["spec"], case["ranks"])])
+                rows.append({**attempted[(case["spec"], case["ranks"])], "paper": case["paper"]})
                 print(f"  kept from a previous run: {rows[-1]['status']}", flush=True)
                 continue
             case["result"] = {"status": f"not run: the run's time budget of {args.budget:.0f} s was spent",
