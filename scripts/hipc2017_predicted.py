@@ -246,26 +246,27 @@ def main(argv=None) -> int:
                 attempted.setdefault(key, row)
     rows = []
     started = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
     for case in cases:
         slug = case["spec"].replace(":", "_").replace(",", "_").replace("=", "")
+        key = (case["spec"], case["ranks"])
         print(f"{case['name']} at {case['ranks']} ranks ...", flush=True)
-        if (case["spec"], case["ranks"]) in finished:
-            rows.append({**finished[(case["spec"], case["ranks"])], "paper": case["paper"]})
-            print("  kept from the previous run", flush=True)
-            continue
-        if args.budget is not None and time.perf_counter() - started > args.budget:
-            if (case["spec"], case["ranks"]) in attempted:
-                rows.append({**attempted[(case["spec"], case["ranks"])], "paper": case["paper"]})
-                print(f"  kept from a previous run: {rows[-1]['status']}", flush=True)
-                continue
-            case["result"] = {"status": f"not run: the run's time budget of {args.budget:.0f} s was spent",
-                              "wall_seconds": 0.0}
+        if key in finished:
+            rows.append({**finished[key], "paper": case["paper"]})
+            print("  kept from a previous run", flush=True)
+        elif args.budget is not None and time.perf_counter() - started > args.budget and key in attempted:
+            rows.append({**attempted[key], "paper": case["paper"]})
+            print(f"  kept from a previous run: {rows[-1]['status']}", flush=True)
         else:
-            case["result"] = run_case(case["ranks"], case["spec"], args.params, args.timeout, args.memory_gib,
-                                      out / "cases" / f"{slug}_{case['ranks']}", args.cpu_limit)
-        rows.append(_row(case, labels))
-        print(f"  {rows[-1]['status']}, {rows[-1]['wall_seconds']:.1f} s"
-              + (f", improvement {rows[-1]['improvement']}" if "improvement" in rows[-1] else ""), flush=True)
+            if args.budget is not None and time.perf_counter() - started > args.budget:
+                case["result"] = {"status": f"not run: the run's time budget of {args.budget:.0f} s was spent",
+                                  "wall_seconds": 0.0}
+            else:
+                case["result"] = run_case(case["ranks"], case["spec"], args.params, args.timeout, args.memory_gib,
+                                          out / "cases" / f"{slug}_{case['ranks']}", args.cpu_limit)
+            rows.append(_row(case, labels))
+            print(f"  {rows[-1]['status']}, {rows[-1]['wall_seconds']:.1f} s"
+                  + (f", improvement {rows[-1]['improvement']}" if "improvement" in rows[-1] else ""), flush=True)
         # written after every case, so a stopped run keeps what finished
         (out / "hipc2017-predicted.json").write_text(json.dumps(
             {"command": command, "machines": {k: m.to_json() for k, m in machines.items()}, "rows": rows},
