@@ -89,7 +89,7 @@ def run_case(ranks: int, spec: str, params: list, timeout: float, memory_gib: fl
         command += ["--compare-params", other]
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False,
                               preexec_fn=_limits(memory_gib, cpu_limit))
     except subprocess.TimeoutExpired:
         return {"status": f"wall-time limit of {timeout:.0f} s reached", "wall_seconds": time.perf_counter() - start,
@@ -152,10 +152,10 @@ def markdown(rows: list, labels: list, machines: dict, command: str, survey=()) 
     """The table (and the parameter sets) as markdown."""
     lines = ["# HiPC 2017 topologies: predicted speedup of common_neighbor over direct (allgather, 4 B)", "",
              f"Command: `{command}`", "",
-             "improvement = 1 - t(common_neighbor) / t(direct) (the paper's latency reduction); "
+             ("improvement = 1 - t(common_neighbor) / t(direct) (the paper's latency reduction); "
              "speedup = t(direct) / t(common_neighbor). Predictions: `sparsecoll simulate` (real builders on "
              "virtual ranks, verify on, per-step single-port model of `sparsecoll.model.evaluate`, every pair "
-             "of ranks in one class).", "", "Parameter sets:", ""]
+             "of ranks in one class)."), "", "Parameter sets:", ""]
     for label in labels:
         lines.append(f"* `{label}`: {machines[label]}")
     head = ["topology", "ranks"] + [f"improvement {label}" for label in labels] + \
@@ -180,9 +180,9 @@ def markdown(rows: list, labels: list, machines: dict, command: str, survey=()) 
         lines.append("| " + " | ".join(cells) + " |")
     moore = [row for row in rows if "moore" in row]
     if moore:
-        lines += ["", "Moore grids and repeated neighbors (the generator lists every offset; where 2R+1 exceeds "
+        lines += ["", ("Moore grids and repeated neighbors (the generator lists every offset; where 2R+1 exceeds "
                   "a grid dimension, offsets wrap onto the same rank and the lists keep the repeats, as MPI "
-                  "allows; the paper instead left such cases out):", ""]
+                  "allows; the paper instead left such cases out):"), ""]
         for row in moore:
             lines.append(f"* {row['name']} at {row['ranks']} ranks: {row['moore']['why']}")
     if survey:

@@ -152,10 +152,10 @@ def markdown(checks: list, machines: dict, command: str) -> str:
         params = ", ".join(f"{c}: " + ", ".join(f"{k}={v:.4g}" for k, v in p.items())
                            for c, p in machine.classes.items())
         lines.append(f"* `{label}`: {machine.model}, {params}; {machine.source}")
-    lines += ["", "Times in microseconds; err = predicted / measured median - 1; "
+    lines += ["", ("Times in microseconds; err = predicted / measured median - 1; "
               "count = messages on the critical path (alpha = 1, beta = 0); "
               "x = speedup over direct (measured, then predicted per set); "
-              "plan = simulated Patterns have the benchmark's steps/messages/items.", ""]
+              "plan = simulated Patterns have the benchmark's steps/messages/items."), ""]
     labels = list(machines)
     for check in checks:
         lines += [f"## {check['results']} ({check['ranks']} ranks"
@@ -176,8 +176,8 @@ def markdown(checks: list, machines: dict, command: str) -> str:
             cells += [f"{r['speedup_predicted'][label]:.2f}" if "speedup_predicted" in r else "-" for label in labels]
             cells.append("yes" if r["plan_match"] else f"NO: sim {r['plan_simulated']} vs bench {r['plan_measured']}")
             lines.append("| " + " | ".join(cells) + " |")
-        lines += ["", "speedup direction: rows whose Patterns differ from direct's, where measured and predicted agree "
-                  "on faster / slower than direct.", "",
+        lines += ["", ("speedup direction: rows whose Patterns differ from direct's, where measured and predicted agree "
+                  "on faster / slower than direct."), "",
                   "| parameter set | median abs err | min err | max err | speedup direction agrees |", "|---|---|---|---|---|"]
         for label in labels:
             s = check["summary"][label]
@@ -185,14 +185,14 @@ def markdown(checks: list, machines: dict, command: str) -> str:
                          f"| {s['speedup_direction_agrees']} |")
         fit = check["summary"].get("fit_median_vs_count")
         if fit:
-            lines += ["", f"Least squares over this run's rows (in-sample, not a prediction): median = "
+            lines += ["", (f"Least squares over this run's rows (in-sample, not a prediction): median = "
                       f"{_us(fit['c0_seconds'])} us + {_us(fit['c1_seconds_per_message'])} us x count, "
-                      f"R^2 = {fit['r2']:.2f}."]
+                      f"R^2 = {fit['r2']:.2f}.")]
         fit = check["summary"].get("fit_median_vs_count_and_steps")
         if fit:
-            lines += [f"With the steps as a second variable: median = {_us(fit['c0_seconds'])} us + "
+            lines += [(f"With the steps as a second variable: median = {_us(fit['c0_seconds'])} us + "
                       f"{_us(fit['c1_seconds_per_message'])} us x count + {_us(fit['c2_seconds_per_step'])} us x "
-                      f"steps, R^2 = {fit['r2']:.2f}."]
+                      f"steps, R^2 = {fit['r2']:.2f}.")]
         lines.append("")
     return "\n".join(lines)
 

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from mpi4py import MPI
 
 from sparsecoll.algorithms import REGISTRY
-from sparsecoll.pattern import FAMILIES
-from sparsecoll.sim.harness import build_patterns
-from sparsecoll.topology.generators import (compute_dims, create_dist_graph, generate, moore, moore_offsets,
-                                            parse_spec, random_sparse)
+from sparsecoll.algorithms import get as get_algorithm
+from sparsecoll.model.params import Placement
+from sparsecoll.pattern import FAMILIES, Pattern, Step
+from sparsecoll.sim.harness import build_patterns, placement_options, workload_adjacency
+from sparsecoll.topology.generators import (
+    compute_dims,
+    create_dist_graph,
+    generate,
+    moore,
+    moore_offsets,
+    parse_spec,
+    random_sparse,
+)
+from sparsecoll.verify import VerificationError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -84,14 +96,6 @@ def test_every_registered_builder_verifies(name, spec, family):
 
 
 # -- registry-driven: every builder, with the placement its options take ---------------------
-
-import dataclasses  # noqa: E402
-
-from sparsecoll.algorithms import get as get_algorithm  # noqa: E402
-from sparsecoll.model.params import Placement  # noqa: E402
-from sparsecoll.pattern import Message, Pattern, Step  # noqa: E402
-from sparsecoll.sim.harness import placement_options, workload_adjacency  # noqa: E402
-from sparsecoll.verify import VerificationError  # noqa: E402
 
 #: Small-N cases every buildable algorithm is run on; the script
 #: scripts/simulate_all_builders.py runs the same at 1024+ ranks.
