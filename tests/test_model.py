@@ -165,3 +165,54 @@ def test_time_equations():
     assert math.isclose(eq.worked_example(1.0, 0.0)["t_naive"] / eq.worked_example(1.0, 0.0)["t_dh"],
                         48000 / (80 * (8 + eq.n_in(n, L, d))))
     assert numpy.isfinite(eq.t_dh(64, 64, 1, 0.5, 4, a, b))
+
+
+def test_simulate_compares_parameter_sets_from_the_same_patterns(tmp_path):
+    slow = hockney(2.0, 0.0, "twice the latency")
+    results = simulate(64, "moore:D=2,R=2", ["direct", "cartesian"], "allgather", [4], hockney(1.0, 0.0),
+                       compare={"slow": slow})
+    for entry in results["algorithms"].values():
+        assert entry["by_machine"]["slow"]["latency"]["4"] == pytest.approx(2 * entry["latency"]["4"])
+        assert entry["by_machine"]["slow"]["speedup_over_direct"] == entry["speedup_over_direct"]
+        assert entry["verify_seconds"] >= 0
+    assert results["algorithms"]["cartesian"]["speedup_over_direct"]["4"] > 1
+    from sparsecoll.sim.simulate import parse_labelled_params
+    path = tmp_path / "slow.json"
+    slow.save(path)
+    assert parse_labelled_params([f"slow={path}"]) == {"slow": slow}
+    for bad in ("slow", f"={path}", "slow="):
+        with pytest.raises(ValueError, match="compare-params"):
+            parse_labelled_params([bad])
+
+
+def test_simulate_hands_the_placement_to_distance_halving():
+    one_socket = simulate(64, "random:density=0.3,seed=2", ["distance_halving"], "allgather", [4], hockney(1.0, 0.0))
+    placed = simulate(64, "random:density=0.3,seed=2", ["distance_halving"], "allgather", [4], hockney(1.0, 0.0),
+                      Placement(8, 2))
+    assert one_socket["algorithms"]["distance_halving"]["max_steps"] == 1  # one socket: no halving
+    assert placed["algorithms"]["distance_halving"]["max_steps"] > 1
+
+
+def test_ping_pong_rejects_bad_arguments_before_communicating():
+    from mpi4py import MPI
+
+    from sparsecoll.model.calibrate import ping_pong
+    with pytest.raises(ValueError, match="pairs"):
+        ping_pong(MPI.COMM_SELF, [0, 8], 5, pairs="some")
+    with pytest.raises(ValueError, match="reps"):
+        ping_pong(MPI.COMM_SELF, [0, 8], 0)
+
+
+def test_loggp_burst_fit_inverts_the_evaluator():
+    """Burst times predicted by evaluate (o = 0) give back L, g, G through fit_loggp_bursts."""
+    from sparsecoll.model.calibrate import fit_loggp_bursts
+    truth = loggp(50e-6, 0.0, 3e-6, 0.2e-9)
+
+    def step(k, m):  # ranks 0 and 1 exchange k messages of m bytes each way in one step
+        spec = {0: [([(1, 1)] * k, [(1, 1)] * k)], 1: [([(0, 1)] * k, [(0, 1)] * k)]}
+        return evaluate(patterns(2, spec), truth, m).latency
+    counts, sizes, smallest = [1, 2, 4, 8, 16], [4, 1024, 4096, 16384], 4
+    fit = fit_loggp_bursts(counts, [step(k, smallest) for k in counts], sizes, [step(1, m) for m in sizes], smallest)
+    assert fit == pytest.approx({"L": 50e-6, "o": 0.0, "g": 3e-6, "G": 0.2e-9}, rel=1e-6, abs=1e-15)
+    with pytest.raises(ValueError, match="counts"):
+        fit_loggp_bursts([4, 4], [1.0, 1.0], sizes, [1.0] * 4, smallest)

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from mpi4py import MPI
 
 from sparsecoll.algorithms import REGISTRY
-from sparsecoll.pattern import FAMILIES
-from sparsecoll.sim.harness import build_patterns
-from sparsecoll.topology.generators import (compute_dims, create_dist_graph, generate, moore, moore_offsets,
-                                            parse_spec, random_sparse)
+from sparsecoll.algorithms import get as get_algorithm
+from sparsecoll.model.params import Placement
+from sparsecoll.pattern import FAMILIES, Pattern, Step
+from sparsecoll.sim.harness import build_patterns, placement_options, workload_adjacency
+from sparsecoll.topology.generators import (
+    compute_dims,
+    create_dist_graph,
+    generate,
+    moore,
+    moore_offsets,
+    parse_spec,
+    random_sparse,
+)
+from sparsecoll.verify import VerificationError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -81,3 +93,73 @@ def test_every_registered_builder_verifies(name, spec, family):
     except NotImplementedError as exc:
         pytest.skip(f"{name} does not support {spec} {family}: {exc}")
     assert run.verified["ranks"] == 64
+
+
+# -- registry-driven: every builder, with the placement its options take ---------------------
+
+#: Small-N cases every buildable algorithm is run on; the script
+#: scripts/simulate_all_builders.py runs the same at 1024+ ranks.
+SMALL_CASES = [("moore:D=2,R=2", 64), ("random:density=0.1,seed=3", 96), ("stencil:d=3,n=3,f=-1", 64)]
+SMALL_PLACEMENT = Placement(8, 2)
+
+
+@pytest.mark.parametrize("name", BUILDABLE)
+def test_every_builder_runs_on_some_case_and_verifies(name):
+    """No buildable algorithm may be skipped everywhere: each verifies on at least one case."""
+    verified = []
+    for spec, ranks in SMALL_CASES:
+        adjacency = workload_adjacency(spec, ranks)
+        for family in get_algorithm(name).families:
+            try:
+                run = build_patterns(adjacency, name, family, placement_options(name, SMALL_PLACEMENT))
+            except NotImplementedError:
+                continue
+            assert run.verified["ranks"] == ranks
+            verified.append((spec, family))
+    assert verified, f"{name}: no small case is supported, so nothing checks its builder"
+
+
+def test_distance_halving_halves_with_the_placement_it_is_given():
+    options = placement_options("distance_halving", SMALL_PLACEMENT)
+    assert options == {"ranks_per_socket": 8, "sockets_per_node": 2}
+    assert placement_options("direct", SMALL_PLACEMENT) == {} == placement_options("distance_halving", None)
+    run = build_patterns(generate("random:density=0.3,seed=2", 64), "distance_halving", "allgather", options)
+    assert run.summary()["max_steps"] > 1  # 64 ranks, 8 per socket: halving steps before the final one
+
+
+def _drop_one_receive(build):
+    def broken(topology, comm, options, family):
+        pattern = build(topology, comm, options, family)
+        if topology.rank != 0:
+            return pattern
+        steps = list(pattern.steps)
+        for s, step in enumerate(steps):
+            if step.recvs:
+                steps[s] = Step(step.sends, step.recvs[1:])
+                break
+        return Pattern(pattern.family, pattern.rank, tuple(steps), pattern.info)
+    return broken
+
+
+@pytest.mark.parametrize("name", ["direct", "common_neighbor"])
+def test_a_wrong_pattern_fails_the_harness(name, monkeypatch):
+    """The registry-driven tests can fail: a builder that loses one receive is caught by verify."""
+    entry = REGISTRY[name]
+    monkeypatch.setitem(REGISTRY, name, dataclasses.replace(entry, build=_drop_one_receive(entry.build)))
+    with pytest.raises(VerificationError):
+        build_patterns(generate("moore:D=2,R=2", 64), name, "allgather")
+
+
+def test_workload_adjacency_matches_the_benchmark_specs():
+    stencil = workload_adjacency("stencil:d=2,n=3,f=-1", 16)
+    assert stencil.dims == (4, 4) and len(stencil.offsets) == 8
+    assert stencil.destinations == generate("moore:D=2,R=1", 16).destinations  # same 9-point offsets
+    matrix = workload_adjacency("matrix:", 8)
+    assert matrix.size == 8 and matrix.edges() > 0
+    for r, dests in enumerate(matrix.destinations):
+        for d in dests:
+            assert r in matrix.sources[d]
+    assert workload_adjacency("random:density=0.2,seed=1", 16).destinations == \
+        generate("random:density=0.2,seed=1", 16).destinations
+    with pytest.raises(ValueError, match="spec"):
+        workload_adjacency("cart:d=2", 8)

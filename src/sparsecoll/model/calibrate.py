@@ -1,22 +1,46 @@
 """``sparsecoll calibrate``: measure Hockney's alpha and beta with a ping-pong and save them.
 
-Rank 0 and rank 1 exchange messages of each size back and forth; half the median round
-trip is the one-way time ``t(m)``, and a least-squares line ``t(m) = alpha + m * beta``
-over all sizes gives the parameters (Hockney 1994, the model of the 2023 paper §V). The
-file is a :class:`~sparsecoll.model.params.Machine` in JSON, for the pair class the two
-ranks form (``--pair-class``; other classes fall back to it). No presets ship: the papers
+Two ranks exchange messages of each size back and forth; half the median round trip is
+the one-way time ``t(m)``, and a least-squares line ``t(m) = alpha + m * beta`` over all
+sizes gives the parameters (Hockney 1994, the model of the 2023 paper §V). The file is
+a :class:`~sparsecoll.model.params.Machine` in JSON, for the pair class the two ranks
+form (``--pair-class``; other classes fall back to it). No presets ship: the papers
 state no numeric parameters for their machines.
+
+Load during the measurement (``--pairs``), for machines where ranks outnumber cores:
+
+* ``one`` (default): ranks 0 and 1 ping-pong; every other launched rank (``--np``) is
+  live but idle in the barrier before each round trip (with the launcher's yielding
+  progress settings, as in a benchmark run with the same number of ranks);
+* ``all``: ranks ``2i`` and ``2i+1`` ping-pong at the same time, every pair, so every
+  rank communicates as in a neighborhood collective; a round trip's time is the maximum
+  over the pairs (the benchmark's maximum over ranks), and half its median is ``t(m)``.
+
+``--model loggp`` measures *bursts* instead of round trips: in one step every pair
+(``2i``, ``2i+1``) exchanges ``k`` messages of ``m`` bytes each way (``k`` ``Irecv`` and
+``k`` ``Isend``, one ``Waitall``), as a step of a Pattern does, and the step's time (the
+maximum over ranks, median over repetitions) is fitted to what
+:mod:`sparsecoll.model.evaluate` predicts for that step with ``o = 0``:
+``t(k, m) = L + (m-1)*G + (k-1)*(g + (m-1)*G)``. The slope over ``k`` (``m`` = the
+smallest size) gives ``g``, the slope over ``m`` (``k = 1``) gives ``G``, the rest is
+``L``. A burst cannot tell a per-message CPU overhead ``o`` from ``g`` and ``L``; ``o =
+0`` puts it into them. On a machine with more ranks than cores, ``L`` then holds the
+scheduling delay a step waits for, and ``g`` the cost of one more message in a step.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 
 import numpy
 
 DEFAULT_SIZES = (0, 8, 64, 512, 4096, 32768, 262144, 1048576)
+PAIRS = ("one", "all")
+WARMUP = 2
+DEFAULT_BURSTS = (1, 2, 4, 8, 16, 32)
 
 
 def fit_hockney(sizes, seconds) -> tuple:
@@ -29,28 +53,101 @@ def fit_hockney(sizes, seconds) -> tuple:
     return max(float(alpha), 0.0), max(float(beta), 0.0)
 
 
-def ping_pong(comm, sizes, reps: int) -> list:
-    """Half the median round-trip time per size between ranks 0 and 1 (others idle)."""
+def _partner(rank: int, size: int, pairs: str):
+    """The rank ``rank`` ping-pongs with (None: idle), and whether it starts the round trip."""
+    if pairs == "one":
+        partner = {0: 1, 1: 0}.get(rank)
+    else:
+        partner = rank ^ 1 if (rank ^ 1) < size else None
+    return partner, partner is not None and rank < partner
+
+
+def ping_pong(comm, sizes, reps: int, pairs: str = "one") -> list:
+    """Half the median round-trip time per size (see the module docstring for ``pairs``).
+
+    Collective over ``comm`` (at least 2 ranks); every rank gets the list.
+    """
     from mpi4py import MPI
-    rank = comm.Get_rank()
+    if pairs not in PAIRS:
+        raise ValueError(f"pairs: expected one of {PAIRS}, got {pairs!r}")
+    if reps < 1:
+        raise ValueError(f"reps: expected >= 1, got {reps}")
+    rank, size = comm.Get_rank(), comm.Get_size()
+    partner, starts = _partner(rank, size, pairs)
     times = []
-    for size in sizes:
-        buf = numpy.zeros(max(size, 1), dtype="u1")
-        view = [buf, size, MPI.BYTE]
-        samples = []
-        for rep in range(reps + 2):
+    for nbytes in sizes:
+        buf = numpy.zeros(max(nbytes, 1), dtype="u1")
+        view = [buf, nbytes, MPI.BYTE]
+        samples = numpy.zeros(reps)
+        for rep in range(reps + WARMUP):
             comm.Barrier()
             t0 = time.perf_counter()
-            if rank == 0:
-                comm.Send(view, 1, 7)
-                comm.Recv(view, 1, 7)
-            elif rank == 1:
-                comm.Recv(view, 0, 7)
-                comm.Send(view, 0, 7)
-            if rep >= 2:  # two warm-up round trips
-                samples.append((time.perf_counter() - t0) / 2)
-        times.append(float(numpy.median(samples)) if rank == 0 else 0.0)
-    return comm.bcast(times, root=0)
+            if partner is not None and starts:
+                comm.Send(view, partner, 7)
+                comm.Recv(view, partner, 7)
+            elif partner is not None:
+                comm.Recv(view, partner, 7)
+                comm.Send(view, partner, 7)
+            if rep >= WARMUP and partner is not None:
+                samples[rep - WARMUP] = (time.perf_counter() - t0) / 2
+        worst = numpy.empty_like(samples)
+        comm.Allreduce(samples, worst, op=MPI.MAX)  # idle ranks contribute 0
+        times.append(float(numpy.median(worst)))
+    return times
+
+
+def burst_exchange(comm, points, reps: int) -> list:
+    """Median over ``reps`` of the maximum over ranks of one step per ``(k, m)`` in ``points``.
+
+    In the step every pair (``2i``, ``2i+1``) exchanges ``k`` messages of ``m`` bytes each
+    way (an odd last rank idles). Collective over ``comm``; every rank gets the list.
+    """
+    from mpi4py import MPI
+    if reps < 1:
+        raise ValueError(f"reps: expected >= 1, got {reps}")
+    rank, size = comm.Get_rank(), comm.Get_size()
+    partner, _ = _partner(rank, size, "all")
+    times = []
+    for k, m in points:
+        if k < 1 or m < 0:
+            raise ValueError(f"points: expected k >= 1 messages and m >= 0 bytes, got ({k}, {m})")
+        send = numpy.zeros((k, max(m, 1)), dtype="u1")
+        recv = numpy.zeros_like(send)
+        samples = numpy.zeros(reps)
+        for rep in range(reps + WARMUP):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            if partner is not None:
+                requests = [comm.Irecv([recv[i], m, MPI.BYTE], partner, 8) for i in range(k)]
+                requests += [comm.Isend([send[i], m, MPI.BYTE], partner, 8) for i in range(k)]
+                MPI.Request.Waitall(requests)
+            if rep >= WARMUP:
+                samples[rep - WARMUP] = time.perf_counter() - t0
+        worst = numpy.empty_like(samples)
+        comm.Allreduce(samples, worst, op=MPI.MAX)
+        times.append(float(numpy.median(worst)))
+    return times
+
+
+def fit_loggp_bursts(counts, count_seconds, sizes, size_seconds, smallest: int) -> dict:
+    """LogGP ``L, o, g, G`` from burst times (module docstring; ``o = 0``, clipped at 0).
+
+    ``count_seconds[i]``: a step of ``counts[i]`` messages of ``smallest`` bytes;
+    ``size_seconds[j]``: a step of one message of ``sizes[j]`` bytes.
+    """
+    counts = numpy.asarray(counts, dtype=float)
+    sizes = numpy.asarray(sizes, dtype=float)
+    if counts.size < 2 or numpy.ptp(counts) == 0:
+        raise ValueError("counts: need at least two different message counts to fit g")
+    if sizes.size < 2 or numpy.ptp(sizes) == 0:
+        raise ValueError("sizes: need at least two different message sizes to fit G")
+    G, _ = numpy.polyfit(sizes, numpy.asarray(size_seconds, dtype=float), 1)
+    G = max(float(G), 0.0)
+    per_message, at_one = numpy.polyfit(counts - 1, numpy.asarray(count_seconds, dtype=float), 1)
+    mm = max(smallest - 1, 0)
+    g = max(float(per_message) - mm * G, 0.0)
+    L = max(float(at_one) - mm * G, 0.0)
+    return {"L": L, "o": 0.0, "g": g, "G": G}
 
 
 def add_arguments(parser) -> None:
@@ -61,28 +158,48 @@ def add_arguments(parser) -> None:
     parser.add_argument("--reps", type=int, default=200, help="round trips per size")
     parser.add_argument("--pair-class", default="socket", choices=("socket", "node", "network"),
                         help="the pair class the two ranks form (default: socket)")
+    parser.add_argument("--np", type=int, default=2,
+                        help="ranks to launch when not already under mpiexec (default 2); more ranks than "
+                             "cores get the launcher's oversubscription settings, as the benchmark does")
+    parser.add_argument("--model", default="hockney", choices=("hockney", "loggp"),
+                        help="hockney: ping-pong fit of alpha, beta; loggp: burst fit of L, g, G (o = 0), "
+                             "every pair at once")
+    parser.add_argument("--bursts", default=",".join(map(str, DEFAULT_BURSTS)),
+                        help="loggp: messages per step, comma separated")
+    parser.add_argument("--pairs", default="one", choices=PAIRS,
+                        help="one: ranks 0-1 ping-pong, the others idle in the barrier; "
+                             "all: every pair (2i, 2i+1) at once, maximum over pairs")
 
 
 def _main(args) -> int:
     from mpi4py import MPI
 
+    from ..launch import usable_cores
     from .params import hockney
     comm = MPI.COMM_WORLD
     if comm.Get_size() < 2:
         raise SystemExit("calibrate: needs at least 2 ranks")
     sizes = [int(s) for s in args.sizes.split(",")]
-    times = ping_pong(comm, sizes, args.reps)
+    if args.model == "loggp":
+        return _main_loggp(comm, args, sizes)
+    times = ping_pong(comm, sizes, args.reps, args.pairs)
     if comm.Get_rank() == 0:
         alpha, beta = fit_hockney(sizes, times)
+        nranks = comm.Get_size()
+        load = ("ranks 0-1 ping-pong" if args.pairs == "one" else
+                f"all {nranks // 2} pairs (2i, 2i+1) ping-pong at once, maximum over pairs")
         source = (f"sparsecoll calibrate on {platform.node()}, {MPI.Get_library_version().splitlines()[0]}, "
-                  f"ping-pong ranks 0-1, {args.reps} round trips per size, "
-                  f"{time.strftime('%Y-%m-%d')}")
+                  f"{nranks} ranks live on {usable_cores()} cores, {load}, "
+                  f"{args.reps} round trips per size, {time.strftime('%Y-%m-%d')}")
         machine = hockney(alpha, beta, source, args.pair_class)
         data = machine.to_json()
-        data["measurements"] = {"sizes": sizes, "one_way_seconds": times}
+        data["measurements"] = {"sizes": sizes, "one_way_seconds": times, "ranks": nranks,
+                                "pairs": args.pairs, "reps": args.reps,
+                                "load_average_1_5_15min": list(os.getloadavg())}
         with open(args.out, "w") as f:
             json.dump(data, f, indent=2)
             f.write("\n")
+        print(source)
         print(f"{'bytes':>9} {'one-way us':>11} {'fit us':>9}")
         for size, t in zip(sizes, times):
             print(f"{size:9d} {t * 1e6:11.2f} {(alpha + size * beta) * 1e6:9.2f}")
@@ -91,10 +208,49 @@ def _main(args) -> int:
     return 0
 
 
+def _main_loggp(comm, args, sizes) -> int:
+    from mpi4py import MPI
+
+    from ..launch import usable_cores
+    from .params import loggp
+    counts = [int(k) for k in args.bursts.split(",")]
+    smallest = min(sizes)
+    points = [(k, smallest) for k in counts] + [(1, m) for m in sizes]
+    times = burst_exchange(comm, points, args.reps)
+    count_seconds, size_seconds = times[:len(counts)], times[len(counts):]
+    if comm.Get_rank() == 0:
+        fit = fit_loggp_bursts(counts, count_seconds, sizes, size_seconds, smallest)
+        nranks = comm.Get_size()
+        source = (f"sparsecoll calibrate --model loggp on {platform.node()}, "
+                  f"{MPI.Get_library_version().splitlines()[0]}, {nranks} ranks live on {usable_cores()} cores, "
+                  f"bursts: all {nranks // 2} pairs exchange k messages each way in one step, maximum over ranks, "
+                  f"{args.reps} steps per point, o = 0 by construction, {time.strftime('%Y-%m-%d')}")
+        machine = loggp(fit["L"], fit["o"], fit["g"], fit["G"], source, args.pair_class)
+        data = machine.to_json()
+        data["measurements"] = {"counts": counts, "count_bytes": smallest, "count_seconds": count_seconds,
+                                "sizes": sizes, "size_seconds": size_seconds, "ranks": nranks,
+                                "reps": args.reps, "load_average_1_5_15min": list(os.getloadavg())}
+        with open(args.out, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        print(source)
+        print(f"{'messages':>9} {'bytes':>9} {'step us':>9}")
+        for (k, m), t in zip(points, times):
+            print(f"{k:9d} {m:9d} {t * 1e6:9.1f}")
+        print(f"L = {fit['L'] * 1e6:.2f} us, g = {fit['g'] * 1e6:.3f} us, G = {fit['G'] * 1e9:.4f} ns/byte, o = 0; "
+              f"written to {args.out}")
+    return 0
+
+
 def run(args) -> int:
-    """Run the ping-pong under mpiexec (launching 2 ranks when not already launched)."""
+    """Run the ping-pong under mpiexec (launching ``--np`` ranks when not already launched)."""
     from ..launch import inside_mpi_launch, relaunch
+    if args.np < 2:
+        raise SystemExit(f"calibrate: --np expects at least 2 ranks, got {args.np}")
+    if args.reps < 1:
+        raise SystemExit(f"calibrate: --reps expects at least 1, got {args.reps}")
     if not inside_mpi_launch():
-        return relaunch(2, ["calibrate", "--out", args.out, "--sizes", args.sizes, "--reps", str(args.reps),
-                            "--pair-class", args.pair_class])
+        return relaunch(args.np, ["calibrate", "--out", args.out, "--sizes", args.sizes, "--reps", str(args.reps),
+                                  "--pair-class", args.pair_class, "--pairs", args.pairs, "--model", args.model,
+                                  "--bursts", args.bursts])
     return _main(args)

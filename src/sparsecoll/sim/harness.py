@@ -48,6 +48,51 @@ class BuildRun:
         return out
 
 
+#: The options through which an algorithm takes a rank placement (distance halving's ``L`` and ``S``).
+PLACEMENT_OPTIONS = ("ranks_per_socket", "sockets_per_node")
+
+
+def placement_options(algorithm: str, placement) -> dict:
+    """The options that hand ``placement`` (a :class:`~sparsecoll.model.params.Placement` or
+    None) to ``algorithm``: empty when it takes no placement or none is given.
+
+    On real MPI the placement is detected or overridden by ``SPARSECOLL_PLACEMENT``
+    (:mod:`sparsecoll.topology.placement`); virtual ranks have none, so a simulated run
+    passes it explicitly to the algorithms that use one.
+    """
+    if placement is None or not all(name in get_algorithm(algorithm).options for name in PLACEMENT_OPTIONS):
+        return {}
+    return {"ranks_per_socket": placement.L, "sockets_per_node": placement.S}
+
+
+def workload_adjacency(spec: str, size: int):
+    """The :class:`~sparsecoll.topology.generators.Adjacency` of a benchmark workload SPEC.
+
+    Covers the SPECs of :mod:`sparsecoll.bench.workloads` that name a process graph:
+    the generators (``random``, ``moore``, ``sparse-alltoall``), ``stencil:d=..,n=..,f=..``
+    (the same offsets on the same ``Compute_dims`` grid) and ``matrix:[PATH]`` (the same
+    row-block partition). ``cart`` (a plain Cartesian communicator, whose neighbor
+    matching differs from an offset list's) raises ``ValueError``.
+    """
+    from ..bench import workloads
+    from ..topology import generators
+    kind, _, rest = str(spec).partition(":")
+    if kind == "stencil":
+        p = workloads._params(rest, {"d": int, "n": int, "f": int}, kind)
+        d, n, f = p.get("d", 2), p.get("n", 3), p.get("f", -1)
+        return generators.isomorphic(size, generators.compute_dims(size, d), workloads._stencil_offsets(d, n, f),
+                                     name="stencil", params={"d": d, "n": n, "f": f})
+    if kind == "matrix":
+        path = rest or workloads.BUNDLED_MATRIX
+        sources, destinations, _, _ = workloads.matrix_partition(path, size)
+        return generators.Adjacency(size, tuple(sources), tuple(destinations), name="matrix",
+                                    params={"path": str(path)})
+    if kind == "cart":
+        raise ValueError(f"spec: {spec!r} is a plain Cartesian communicator; virtual ranks model "
+                         "offset lists and graphs only")
+    return generators.generate(spec, size)
+
+
 def build_patterns(topologies, algorithm: str, family: str, options: Optional[dict] = None,
                    verify: bool = True) -> BuildRun:
     """Build ``algorithm``'s Patterns for ``family`` on one virtual rank per Topology.
@@ -70,12 +115,14 @@ def build_patterns(topologies, algorithm: str, family: str, options: Optional[di
         if reason is not None:
             raise NotImplementedError(f"rank {topology.rank}: {reason}")
     world = World(len(topologies), topologies)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     patterns = world.run(lambda comm: entry.build(comm.topology, comm, options, family))
     seconds = time.perf_counter() - start
     run = BuildRun(algorithm, family, topologies, patterns, [c.as_dict() for c in world.counters], seconds)
+    run.info["build_cpu_seconds"] = time.process_time() - cpu  # wall time counts other processes' load too
     if verify:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         run.verified = verify_patterns(patterns, topologies)
         run.info["verify_seconds"] = time.perf_counter() - start
+        run.info["verify_cpu_seconds"] = time.process_time() - cpu
     return run

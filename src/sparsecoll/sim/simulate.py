@@ -4,7 +4,8 @@ For a generated topology (:mod:`sparsecoll.topology.generators` SPEC) every requ
 registered algorithm is built on ``--ranks`` virtual ranks (:mod:`.harness`), verified,
 and evaluated with a cost model (:mod:`sparsecoll.model.evaluate`) for each block size.
 It prints predicted latencies, speedups over ``direct`` and the deterministic counts;
-``--out DIR`` writes ``simulate.json`` and a figure.
+``--out DIR`` writes ``simulate.json`` and a figure. ``--compare-params LABEL=FILE``
+evaluates the same Patterns with further parameter sets (built once, predicted per set).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--params", default=None,
                         help=f"parameter file (sparsecoll calibrate); default ./{DEFAULT_PARAMS} if present, "
                              "else a normalized Hockney model (alpha = 1, beta = 0: latency in units of alpha)")
+    parser.add_argument("--compare-params", action="append", default=[], metavar="LABEL=FILE",
+                        help="also predict with this parameter file (repeatable); results under 'by_machine'")
     parser.add_argument("--nic", action="store_true", help="serialize each node's inter-node injections")
     parser.add_argument("--duplex", action="store_true", help="separate send and receive ports")
     parser.add_argument("--no-verify", action="store_true", help="skip verify (faster at large N)")
@@ -45,39 +48,78 @@ def load_machine(path):
     return hockney(1.0, 0.0, "normalized: alpha = 1, beta = 0 (counts messages on the critical path)"), "normalized"
 
 
+def parse_labelled_params(texts) -> dict:
+    """``["label=path", ...]`` -> ``{label: Machine}`` (for ``--compare-params``)."""
+    from ..model.params import Machine
+    machines = {}
+    for text in texts:
+        label, eq, path = str(text).partition("=")
+        if not eq or not label or not path:
+            raise ValueError(f"compare-params: expected LABEL=FILE, got {text!r}")
+        if label in machines:
+            raise ValueError(f"compare-params: label {label!r} given twice")
+        machines[label] = Machine.load(path)
+    return machines
+
+
 def simulate(ranks: int, topology: str, algorithms, family: str, sizes, machine, placement=None,
-             nic: bool = False, duplex: bool = False, verify: bool = True) -> dict:
-    """Build, verify and evaluate each algorithm; return the JSON-ready results."""
+             nic: bool = False, duplex: bool = False, verify: bool = True, compare=None) -> dict:
+    """Build, verify and evaluate each algorithm; return the JSON-ready results.
+
+    ``placement`` places the ranks for the model and is handed to the algorithms that
+    take one (:func:`.harness.placement_options`: distance halving halves down to it).
+    ``machine`` gives ``latency`` and ``speedup_over_direct``; ``compare`` (``{label:
+    Machine}``) adds the same for each further parameter set under ``by_machine[label]``,
+    from the same Patterns.
+    """
+    compare = dict(compare or {})
     from ..model.evaluate import CompiledPatterns, predict
     from ..topology.generators import generate
-    from .harness import build_patterns
+    from .harness import build_patterns, placement_options
 
     start = time.perf_counter()
     adjacency = generate(topology, ranks)
     topologies = adjacency.topologies()
     results = {"ranks": ranks, "topology": topology, "family": family, "sizes": list(sizes),
                "placement": None if placement is None else str(placement), "nic": nic, "duplex": duplex,
-               "machine": machine.to_json(), "edges": adjacency.edges(),
+               "machine": machine.to_json(), "compare": {k: m.to_json() for k, m in compare.items()},
+               "edges": adjacency.edges(),
                "topology_seconds": time.perf_counter() - start, "algorithms": {}}
     for name in algorithms:
         try:
-            run = build_patterns(topologies, name, family, verify=verify)
+            run = build_patterns(topologies, name, family, placement_options(name, placement), verify=verify)
         except NotImplementedError as exc:
             results["algorithms"][name] = {"unsupported": str(exc)}
             continue
         compiled = CompiledPatterns.from_patterns(run.patterns)
+        start = time.perf_counter()
         latencies = predict(compiled, machine, sizes, placement, duplex=duplex, nic=nic)
+        by_machine = {label: {"latency": {str(m): t for m, t in
+                                          predict(compiled, other, sizes, placement, duplex=duplex, nic=nic).items()}}
+                      for label, other in compare.items()}
         results["algorithms"][name] = {
             **run.summary(), "verified": run.verified is not None,
+            "verify_seconds": run.info.get("verify_seconds"),
+            "build_cpu_seconds": run.info["build_cpu_seconds"], "verify_cpu_seconds": run.info.get("verify_cpu_seconds"),
+            "predict_seconds": time.perf_counter() - start,
             "latency": {str(m): t for m, t in latencies.items()},
+            **({"by_machine": by_machine} if by_machine else {}),
         }
         run = compiled = None
-    base = results["algorithms"].get("direct", {}).get("latency")
-    if base:
-        for entry in results["algorithms"].values():
-            if "latency" in entry:
-                entry["speedup_over_direct"] = {m: (base[m] / t if t > 0 else None) for m, t in entry["latency"].items()}
+    direct = results["algorithms"].get("direct", {})
+    _add_speedups([e for e in results["algorithms"].values() if "latency" in e], direct.get("latency"))
+    for label in compare:
+        _add_speedups([e["by_machine"][label] for e in results["algorithms"].values() if "by_machine" in e],
+                      direct.get("by_machine", {}).get(label, {}).get("latency"))
     return results
+
+
+def _add_speedups(entries, base) -> None:
+    """Set ``speedup_over_direct`` in each entry from ``base``, direct's latencies (skip if None)."""
+    if not base:
+        return
+    for entry in entries:
+        entry["speedup_over_direct"] = {m: (base[m] / t if t > 0 else None) for m, t in entry["latency"].items()}
 
 
 def _table(results: dict) -> str:
@@ -142,14 +184,25 @@ def run(args) -> int:
         raise SystemExit("simulate: --nic needs --placement")
     sizes = [int(s) for s in args.sizes.split(",")]
     names = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    try:
+        compare = parse_labelled_params(args.compare_params)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"simulate: {exc}") from None
     results = simulate(args.ranks, args.topology, names, args.family, sizes, machine, placement,
-                       nic=args.nic, duplex=args.duplex, verify=not args.no_verify)
+                       nic=args.nic, duplex=args.duplex, verify=not args.no_verify, compare=compare)
     print(f"{args.ranks} virtual ranks, topology {args.topology} ({results['edges']} edges), {args.family}, "
           f"{machine.model} model from {where}, placement {args.placement or 'none (all pairs network)'}"
           f"{', node injection serialized' if args.nic else ''}{', duplex ports' if args.duplex else ''}")
     print("t(mB): predicted latency in seconds (model units for the normalized model); x: speedup over direct;"
           " p2p/depth: protocol cost of building (max over ranks)")
     print(_table(results))
+    for label in compare:
+        print(f"with parameters {label}: " + "; ".join(
+            f"{name} " + ", ".join(f"t({m}B) {e['by_machine'][label]['latency'][m]:.4g}"
+                                   + (f" x {e['by_machine'][label]['speedup_over_direct'][m]:.2f}"
+                                      if e['by_machine'][label].get('speedup_over_direct', {}).get(m) else "")
+                                   for m in e['by_machine'][label]['latency'])
+            for name, e in results["algorithms"].items() if "by_machine" in e))
     if args.out:
         for path in write_outputs(results, args.out):
             print(f"wrote {path}")
