@@ -12,6 +12,7 @@ import pytest
 
 from sparsecoll.bench.command import parse_modes
 from sparsecoll.bench.report import phase_rows, summarize
+from sparsecoll.bench.runner import PHASE_FIELDS, measure
 from sparsecoll.bench.workloads import BUNDLED_MATRIX, matrix_partition
 
 from .conftest import ROOT
@@ -62,13 +63,14 @@ def _check_modes_and_phases(results, console):
             persistent = modes["persistent"]["algorithms"][name]
             if name == "native":  # the MPI library's blocking and persistent calls: sparsecoll binds nothing
                 assert entry["binds_per_call"] == persistent["binds_per_call"] == 0
-                assert entry["phase1_seconds"] is None and entry["phase2_seconds"] is None
+                assert all(entry[key] is None for key in PHASE_FIELDS)
                 continue
             # non-persistent calls bind on every call; persistent requests never during the timed calls
             assert entry["binds_per_call"] == 1 and persistent["binds_per_call"] == 0, (topology, name)
             assert entry["phase1_seconds"] > 0 and entry["phase2_seconds"] >= entry["phase2_bind_seconds"] > 0
+            assert entry["phase1_cpu_seconds"] > 0 and entry["phase2_cpu_seconds"] > 0
             assert entry["phase_reps"] == 3
-            for key in ("phase1_seconds", "phase2_seconds", "phase2_bind_seconds", "plan"):
+            for key in (*PHASE_FIELDS, "plan"):
                 assert entry[key] == persistent[key]  # measured once per case, shared by the modes
             assert entry["plan"]["bytes_max"] > 0 and entry["plan"]["bytes_max"] % size == 0
     rows = phase_rows(results)
@@ -76,8 +78,8 @@ def _check_modes_and_phases(results, console):
                                                    for n in r["algorithms"] if n != "native"}
     assert all(set(phase2) == {8, 64} for *_, phase2 in rows)
     assert "Phase 1" in console and "Phase 2, 64 B" in console
-    first_phase1 = rows[0][3]
-    assert f"{first_phase1:.6f} s" in console
+    wall, cpu = rows[0][3]
+    assert f"{wall:.6f} s ({cpu:.6f})" in console
     moore_direct = cases[("moore D=2 R=1", "allgather", 64)]["persistent"]["algorithms"]["direct"]["plan"]
     assert f"{moore_direct['messages_max']}[{moore_direct['steps_max']}] {moore_direct['bytes_max']}B" in console
 
@@ -90,7 +92,6 @@ def test_parse_modes_accepts_comma_lists_and_names_the_option():
 
 
 def test_measure_rejects_unknown_modes_before_communicating():
-    from sparsecoll.bench.runner import measure
     with pytest.raises(ValueError, match="modes"):
         measure(None, None, "allgather", 8, ["native"], modes=["persistent", "sometimes"], reps=3, warmup=0)
 

@@ -52,7 +52,7 @@ def write_files(out: Path, results: list, env: dict) -> list:
     (out / "results.json").write_text(json.dumps({"environment": env, "results": results}, indent=1))
     fields = ["topology", "collective", "size", "mode", "algorithm", "median_s", "q1_s", "q3_s",
               "ratio_to_native_median", "ratio_q1", "ratio_q3", "speedup_median", "build_s", "first_call_s",
-              "phase1_s", "phase2_s", "phase2_bind_s", "binds_per_call", "steps_max", "messages_max",
+              "phase1_s", "phase1_cpu_s", "phase2_s", "phase2_cpu_s", "phase2_bind_s", "binds_per_call", "steps_max", "messages_max",
               "messages_mean", "items_max", "bytes_max", "bytes_mean", "agrees_with_native"]
     with open(out / "results.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
@@ -63,7 +63,8 @@ def write_files(out: Path, results: list, env: dict) -> list:
                 writer.writerow([r["topology"], r["collective"], r["size"], r["mode"], name, e["median"], e["q1"],
                                  e["q3"], e.get("ratio_median"), e.get("ratio_q1"), e.get("ratio_q3"),
                                  e.get("speedup_median"), e["build_seconds"], e["first_call_seconds"],
-                                 e["phase1_seconds"], e["phase2_seconds"], e["phase2_bind_seconds"],
+                                 e["phase1_seconds"], e["phase1_cpu_seconds"], e["phase2_seconds"],
+                                 e["phase2_cpu_seconds"], e["phase2_bind_seconds"],
                                  e["binds_per_call"], p["steps_max"], p["messages_max"], p["messages_mean"],
                                  p["items_max"], p["bytes_max"], p["bytes_mean"], e["agrees_with_native"]])
     return [out / "results.json", out / "results.csv"]
@@ -161,8 +162,9 @@ def print_table(results: list, console=None) -> None:
 def phase_rows(results: list) -> list:
     """Phase 1 / Phase 2 per topology, collective and sparsecoll algorithm (``native`` has neither).
 
-    Each row: ``(topology, collective, algorithm, phase1_s, {size: (phase2_s, phase2_bind_s)})``;
-    the numbers are the same in every mode of a run, so the first mode's are taken.
+    Each row: ``(topology, collective, algorithm, (phase1_s, phase1_cpu_s),
+    {size: (phase2_s, phase2_cpu_s)})``; the numbers are the same in every mode of a
+    run, so the first mode's are taken.
     """
     rows = {}
     for r in results:
@@ -170,9 +172,13 @@ def phase_rows(results: list) -> list:
             if e.get("phase1_seconds") is None:
                 continue
             key = (r["topology"], r["collective"], name)
-            row = rows.setdefault(key, [e["phase1_seconds"], {}])
-            row[1].setdefault(r["size"], (e["phase2_seconds"], e["phase2_bind_seconds"]))
+            row = rows.setdefault(key, [(e["phase1_seconds"], e["phase1_cpu_seconds"]), {}])
+            row[1].setdefault(r["size"], (e["phase2_seconds"], e["phase2_cpu_seconds"]))
     return [(*key, phase1, phase2) for key, (phase1, phase2) in rows.items()]
+
+
+def _wall_cpu(pair) -> str:
+    return f"{pair[0]:.6f} s ({pair[1]:.6f})"
 
 
 def print_phase_table(results: list, console=None) -> None:
@@ -185,13 +191,14 @@ def print_phase_table(results: list, console=None) -> None:
     console = console or Console(width=400)
     sizes = sorted({size for *_, phase2 in rows for size in phase2})
     reps = max((e.get("phase_reps") or 0) for r in results for e in r["algorithms"].values())
-    table = Table(title="Phase 1 (pattern creation) and Phase 2 (schedule for one call: bind + requests; "
-                        f"bind alone in parentheses), max over ranks, median of {reps} repetitions")
-    for header in ("topology", "collective", "algorithm", "Phase 1"):
-        table.add_column(header, no_wrap=True, justify="right" if header == "Phase 1" else "left")
+    table = Table(title="Phase 1 (pattern creation) and Phase 2 (schedule of one call: bind + requests): wall "
+                        f"clock (CPU time in parentheses), max over ranks, median of {reps} repetitions")
+    for header in ("topology", "collective", "algorithm"):
+        table.add_column(header, no_wrap=True)
+    table.add_column("Phase 1", justify="right", no_wrap=True)
     for size in sizes:
         table.add_column(f"Phase 2, {size} B", justify="right", no_wrap=True)
     for topology, collective, name, phase1, phase2 in rows:
-        cells = [f"{phase2[size][0]:.6f} s ({phase2[size][1]:.6f})" if size in phase2 else "-" for size in sizes]
-        table.add_row(topology, collective, name, f"{phase1:.6f} s", *cells)
+        cells = [_wall_cpu(phase2[size]) if size in phase2 else "-" for size in sizes]
+        table.add_row(topology, collective, name, _wall_cpu(phase1), *cells)
     console.print(table)

@@ -42,6 +42,8 @@ from .workloads import Workload
 
 COLLECTIVES = ("allgather", "allgatherv", "alltoall", "alltoallv")
 MODES = ("persistent", "nonpersistent", "blocking", "nonblocking")
+PHASE_FIELDS = ("phase1_seconds", "phase1_cpu_seconds", "phase2_seconds", "phase2_cpu_seconds",
+                "phase2_bind_seconds")
 
 
 @dataclass
@@ -139,12 +141,14 @@ def _median_of_max(world, seconds: numpy.ndarray) -> float:
     return float(numpy.median(worst))
 
 
-def phase1_seconds(world, comm, collective: str, repetitions: int) -> float:
+def phase1_seconds(world, comm, collective: str, repetitions: int) -> dict:
     """Phase 1 (pattern creation): ``Algorithm.build`` for ``comm``'s algorithm, collective.
 
     The pattern is built anew ``repetitions`` times on the handle's private
-    communicator, each after a barrier; the result is the median over repetitions of
-    the maximum over ranks. The wrapper's cached pattern is left alone.
+    communicator, each after a barrier. Returns ``phase1_seconds`` (wall clock) and
+    ``phase1_cpu_seconds`` (this thread's CPU time, which oversubscribed ranks do not
+    inflate), each the median over repetitions of the maximum over ranks. The
+    wrapper's cached pattern is left alone.
     """
     if repetitions < 1:
         raise ValueError(f"repetitions: expected at least 1, got {repetitions}")
@@ -152,40 +156,43 @@ def phase1_seconds(world, comm, collective: str, repetitions: int) -> float:
     algorithm = REGISTRY[name]
     options = comm._sc_options  # the wrapper's options, as its own pattern() uses them
     private = comm._sc_state.private
-    seconds = numpy.empty(repetitions)
+    wall, cpu = numpy.empty(repetitions), numpy.empty(repetitions)
     for k in range(repetitions):
         world.Barrier()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         algorithm.build(comm.topology, private, options, family_of(collective))
-        seconds[k] = time.perf_counter() - start
-    return _median_of_max(world, seconds)
+        wall[k], cpu[k] = time.perf_counter() - start, time.thread_time() - start_cpu
+    return {"phase1_seconds": _median_of_max(world, wall), "phase1_cpu_seconds": _median_of_max(world, cpu)}
 
 
-def phase2_seconds(world, comm, collective: str, buffers: Buffers, repetitions: int) -> tuple:
-    """Phase 2 (schedule creation for one call), collective: ``(bind, bind + requests)``.
+def phase2_seconds(world, comm, collective: str, buffers: Buffers, repetitions: int) -> dict:
+    """Phase 2 (schedule creation for one call), collective over the ranks.
 
-    ``bind`` parses the call's buffer specs and binds the pattern to them (counts,
-    displacements, datatypes, temporary space; the size pass where one is needed);
-    ``bind + requests`` adds the executor's persistent requests and derived datatypes,
-    which is everything a non-persistent call does before it communicates. Each is the
-    median over ``repetitions`` of the maximum over ranks.
+    Parsing the call's buffer specs and binding the pattern to them (counts,
+    displacements, datatypes, temporary space; the size pass where one is needed),
+    then creating the executor's persistent requests and derived datatypes: everything
+    a non-persistent call does before it communicates. Returns ``phase2_seconds``
+    (wall clock), ``phase2_cpu_seconds`` (this thread's CPU time) and
+    ``phase2_bind_seconds`` (wall clock of parsing and binding alone), each the median
+    over ``repetitions`` of the maximum over ranks.
     """
     if repetitions < 1:
         raise ValueError(f"repetitions: expected at least 1, got {repetitions}")
     from ..execute.p2p import Executor
     private = comm._sc_state.private
-    bind_seconds, total_seconds = numpy.empty(repetitions), numpy.empty(repetitions)
+    bind_wall, wall, cpu = numpy.empty(repetitions), numpy.empty(repetitions), numpy.empty(repetitions)
     for k in range(repetitions):
         world.Barrier()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         send, recv = comm._parse(collective, buffers.sendspec, buffers.recvspec)
         schedule = comm._bind(collective, send, recv)
         bound = time.perf_counter()
         executor = Executor(private, schedule, 0)  # channel 0: never run
-        total_seconds[k] = time.perf_counter() - start
-        bind_seconds[k] = bound - start
+        wall[k], cpu[k] = time.perf_counter() - start, time.thread_time() - start_cpu
+        bind_wall[k] = bound - start
         executor.free()
-    return _median_of_max(world, bind_seconds), _median_of_max(world, total_seconds)
+    return {"phase2_seconds": _median_of_max(world, wall), "phase2_cpu_seconds": _median_of_max(world, cpu),
+            "phase2_bind_seconds": _median_of_max(world, bind_wall)}
 
 
 def plan_numbers(world, workload: Workload, comm, collective: str, size: int) -> dict:
@@ -240,13 +247,11 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
             key = (workload.spec, family, name)
             if key not in phase1_cache:
                 phase1_cache[key] = phase1_seconds(world, comm, collective, phase_reps)
-            bind_s, setup_s = phase2_seconds(world, comm, collective, make_buffers(workload, collective, size),
-                                             phase_reps)
-            phases[name] = {"phase1_seconds": phase1_cache[key], "phase2_seconds": setup_s,
-                            "phase2_bind_seconds": bind_s, "phase_reps": phase_reps}
-        else:
-            phases[name] = {"phase1_seconds": None, "phase2_seconds": None, "phase2_bind_seconds": None,
-                            "phase_reps": 0}
+            phases[name] = {**phase1_cache[key], **phase2_seconds(world, comm, collective,
+                                                                   make_buffers(workload, collective, size),
+                                                                   phase_reps), "phase_reps": phase_reps}
+        else:  # the MPI library's own setup is not visible
+            phases[name] = {**dict.fromkeys(PHASE_FIELDS), "phase_reps": 0}
         for mode in modes:
             comms[(name, mode)] = wrap(workload.comm, name, rebind=(mode == "nonpersistent" and name != "native"))
     calls = {}
