@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -9,7 +10,9 @@ import sys
 import numpy
 import pytest
 
-from sparsecoll.bench.report import summarize
+from sparsecoll.bench.command import parse_modes
+from sparsecoll.bench.report import phase_rows, summarize
+from sparsecoll.bench.runner import PHASE_FIELDS, measure
 from sparsecoll.bench.workloads import BUNDLED_MATRIX, matrix_partition
 
 from .conftest import ROOT
@@ -20,14 +23,17 @@ def test_bench_tiny_run_writes_complete_results(tmp_path):
     out = tmp_path / "out"
     command = [sys.executable, "-m", "sparsecoll", "bench", "--np", "3", "--topology", "moore:D=2,R=1",
                "--topology", "matrix:", "--collective", "allgather", "--collective", "alltoallv",
-               "--sizes", "8,64", "--reps", "6", "--warmup", "1", "--out", str(out)]
+               "--sizes", "8,64", "--reps", "6", "--warmup", "1", "--phase-reps", "3",
+               "--mode", "persistent,nonpersistent", "--out", str(out)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=540, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "launching 3 ranks" in run.stdout and "figures:" in run.stdout
     data = json.loads((out / "results.json").read_text())
     env = data["environment"]
     assert env["ranks"] == 3 and env["mpi_library"] and env["mpi4py"] and env["cores"] >= 1
-    assert "settings" in env and env["reps"] == 6
+    assert "settings" in env and env["reps"] == 6 and env["mode"] == "persistent,nonpersistent"
+    assert env["phase_reps"] == 3
+    _check_modes_and_phases(data["results"], run.stdout)
     from sparsecoll.algorithms import REGISTRY
     for result in data["results"]:
         names = set(result["algorithms"])
@@ -44,6 +50,82 @@ def test_bench_tiny_run_writes_complete_results(tmp_path):
             assert entry["plan"]["messages_max"] >= 0 and entry["plan"]["steps_max"] >= 0
     assert (out / "results.csv").read_text().count("\n") == 1 + sum(len(r["algorithms"]) for r in data["results"])
     assert list(out.glob("bench_*.png"))
+
+
+def _check_modes_and_phases(results, console):
+    """Both modes measured for every case; binds counted; Phase 1/2 recorded and printed."""
+    cases = {}
+    for result in results:
+        cases.setdefault((result["topology"], result["collective"], result["size"]), {})[result["mode"]] = result
+    assert len(cases) == 2 * 2 * 2 and all(set(modes) == {"persistent", "nonpersistent"} for modes in cases.values())
+    for (topology, collective, size), modes in cases.items():
+        for name, entry in modes["nonpersistent"]["algorithms"].items():
+            persistent = modes["persistent"]["algorithms"][name]
+            if name == "native":  # the MPI library's blocking and persistent calls: sparsecoll binds nothing
+                assert entry["binds_per_call"] == persistent["binds_per_call"] == 0
+                assert all(entry[key] is None for key in PHASE_FIELDS)
+                continue
+            # non-persistent calls bind on every call; persistent requests never during the timed calls
+            assert entry["binds_per_call"] == 1 and persistent["binds_per_call"] == 0, (topology, name)
+            assert entry["phase1_seconds"] > 0 and entry["phase2_seconds"] >= entry["phase2_bind_seconds"] > 0
+            assert entry["phase1_cpu_seconds"] > 0 and entry["phase2_cpu_seconds"] > 0
+            assert entry["phase_reps"] == 3
+            for key in (*PHASE_FIELDS, "plan"):
+                assert entry[key] == persistent[key]  # measured once per case, shared by the modes
+            assert entry["plan"]["bytes_max"] > 0 and entry["plan"]["bytes_max"] % size == 0
+    rows = phase_rows(results)
+    assert {(t, c, n) for t, c, n, *_ in rows} == {(r["topology"], r["collective"], n) for r in results
+                                                   for n in r["algorithms"] if n != "native"}
+    assert all(set(phase2) == {8, 64} for *_, phase2 in rows)
+    assert "Phase 1" in console and "Phase 2, 64 B" in console
+    wall, cpu = rows[0][3]
+    assert f"{wall:.6f} s ({cpu:.6f})" in console
+    moore_direct = cases[("moore D=2 R=1", "allgather", 64)]["persistent"]["algorithms"]["direct"]["plan"]
+    assert f"{moore_direct['messages_max']}[{moore_direct['steps_max']}] {moore_direct['bytes_max']}B" in console
+
+
+def test_parse_modes_accepts_comma_lists_and_names_the_option():
+    assert parse_modes("persistent, nonpersistent,persistent") == ["persistent", "nonpersistent"]
+    for bad in ("", "persistant", ",,", "persistent,often"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--mode"):
+            parse_modes(bad)
+
+
+def test_measure_rejects_unknown_modes_before_communicating():
+    with pytest.raises(ValueError, match="modes"):
+        measure(None, None, "allgather", 8, ["native"], modes=["persistent", "sometimes"], reps=3, warmup=0)
+
+
+@pytest.mark.parametrize("rebind", [False, True])
+def test_rebind_binds_on_every_call_and_init_binds_once(monkeypatch, rebind):
+    from mpi4py import MPI
+
+    import sparsecoll
+    import sparsecoll.comm
+    binds = []
+    real_bind = sparsecoll.comm.bind
+    monkeypatch.setattr(sparsecoll.comm, "bind", lambda *args: binds.append(1) or real_bind(*args))
+    graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0, 0], [0, 0])
+    try:
+        comm = sparsecoll.wrap(graph, "common_neighbor", rebind=rebind)
+        send, recv = numpy.array([5], dtype="i4"), numpy.zeros(2, dtype="i4")
+        for _ in range(3):
+            comm.Neighbor_allgather(send, recv)
+        assert len(binds) == comm.schedules_bound == (3 if rebind else 1)
+        if rebind:  # (cached nonblocking calls bind per channel, so only the rebinding count is fixed)
+            for _ in range(3):
+                comm.Ineighbor_allgather(send, recv).Wait()
+            assert len(binds) == comm.schedules_bound == 6
+        before = len(binds)
+        request = comm.Neighbor_allgather_init(send, recv)
+        for _ in range(3):
+            request.Start()
+            request.Wait()
+        request.Free()
+        assert len(binds) - before == 1 and len(binds) == comm.schedules_bound  # *_init binds once in both
+        assert recv.tolist() == [5, 5]
+    finally:
+        graph.Free()
 
 
 def test_summarize_ratios_are_per_repetition_pairs():

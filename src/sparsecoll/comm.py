@@ -64,6 +64,7 @@ class SharedState:
         self.executors: OrderedDict = OrderedDict()
         self.nonblocking_calls = 0
         self.persistent_calls = 0
+        self.schedules_bound = 0  # bind() calls for collective calls (read by the benchmark)
         tag_ub = self.private.Get_attr(MPI.TAG_UB) or 32767
         self.channels = max(tag_ub // STEP_SPAN, 2)
 
@@ -221,7 +222,16 @@ class NeighborhoodMixin:
         recv = recv_parser(recvbuf, topology.indegree, readonly=False, arg="recvbuf")
         return send, recv
 
+    @property
+    def schedules_bound(self) -> int:
+        """How many call schedules were bound on this handle so far (all its wrappers together)."""
+        return self._sc_state.schedules_bound
+
     def _executor(self, collective: str, send, recv, channel: int):
+        return Executor(self._sc_state.private, self._bind(collective, send, recv), channel * STEP_SPAN)
+
+    def _bind(self, collective: str, send, recv):
+        """The Schedule of one call (Phase 2 of HiPC 2017): the Pattern bound to these buffers."""
         state = self._sc_state
         pattern = self.pattern(collective)
         transit_size = None
@@ -234,8 +244,8 @@ class NeighborhoodMixin:
             if len(reference):
                 layout = (reference.counts[0], reference.types[0])
                 transit_size = lambda item: layout  # noqa: E731
-        schedule = bind(pattern, state.topology, send, recv, transit_size)
-        return Executor(state.private, schedule, channel * STEP_SPAN)
+        state.schedules_bound += 1
+        return bind(pattern, state.topology, send, recv, transit_size)
 
     def _size_pass(self, pattern, send) -> dict:
         """Byte sizes of the items this rank receives, for v/w calls of multi-step patterns.

@@ -8,6 +8,7 @@ default demo that finishes in about two minutes on two cores.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,16 @@ DEFAULT_TOPOLOGIES = ["stencil:d=2,n=3,f=-1", "moore:D=2,R=1", "random:density=0
 DEFAULT_COLLECTIVES = ["allgather", "alltoall"]
 DEFAULT_SIZES = "8,256,4096"
 DEFAULT_RANKS = 8
+MODES = ("persistent", "nonpersistent", "blocking", "nonblocking")  # as in runner.MODES (no MPI import here)
+
+
+def parse_modes(text: str) -> list:
+    """``--mode``: a comma list of modes, e.g. ``persistent,nonpersistent``."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise argparse.ArgumentTypeError(f"--mode: expected a comma list of {', '.join(MODES)}; got {text!r}")
+    return list(dict.fromkeys(modes))
 
 
 def add_arguments(parser) -> None:
@@ -30,9 +41,14 @@ def add_arguments(parser) -> None:
                         choices=["allgather", "allgatherv", "alltoall", "alltoallv"], help="repeatable")
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes per block (per unit for v variants)")
     parser.add_argument("--algorithms", default=None, help="comma list (default: all that support the topology)")
-    parser.add_argument("--mode", default="persistent", choices=["blocking", "persistent", "nonblocking"])
+    parser.add_argument("--mode", default=["persistent"], type=parse_modes, metavar="MODE[,MODE...]",
+                        help="persistent (*_init once; default) | nonpersistent (blocking calls that bind the "
+                             "schedule on every call, wrap(rebind=True)) | blocking (schedule cached per "
+                             "arguments) | nonblocking; a comma list interleaves the modes in one run")
     parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--phase-reps", type=int, default=5,
+                        help="repetitions of the Phase 1 (pattern) and Phase 2 (bind) measurements (median)")
     parser.add_argument("--seed", type=int, default=None, help="seed for random topologies without one")
     parser.add_argument("--out", default="bench-out", help="directory for results.json, results.csv, figures")
 
@@ -43,8 +59,8 @@ def _forwarded(args) -> list:
         argv += ["--topology", spec]
     for collective in args.collective or []:
         argv += ["--collective", collective]
-    argv += ["--sizes", args.sizes, "--mode", args.mode, "--reps", str(args.reps), "--warmup", str(args.warmup),
-             "--out", str(Path(args.out).resolve())]
+    argv += ["--sizes", args.sizes, "--mode", ",".join(args.mode), "--reps", str(args.reps),
+             "--warmup", str(args.warmup), "--phase-reps", str(args.phase_reps), "--out", str(Path(args.out).resolve())]
     if args.algorithms:
         argv += ["--algorithms", args.algorithms]
     if args.seed is not None:
@@ -55,6 +71,10 @@ def _forwarded(args) -> list:
 def run(args) -> int:
     """Launch (when needed) and run the benchmark."""
     from ..launch import inside_mpi_launch, relaunch
+    for option, value, least in (("--reps", args.reps, 1), ("--warmup", args.warmup, 0),
+                                 ("--phase-reps", args.phase_reps, 1)):
+        if value < least:
+            raise ValueError(f"{option}: expected at least {least}, got {value}")
     if not inside_mpi_launch():
         return relaunch(args.np or DEFAULT_RANKS, ["bench", *_forwarded(args)])
     return _measure(args)
@@ -71,7 +91,7 @@ def _specs(args) -> list:
 def _measure(args) -> int:
     from mpi4py import MPI
 
-    from .report import environment, print_table, summarize, write_figures, write_files
+    from .report import environment, print_phase_table, print_table, summarize, write_figures, write_files
     from .runner import measure, supported
     from .workloads import build
     world = MPI.COMM_WORLD
@@ -99,25 +119,30 @@ def _measure(args) -> int:
         progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                             TimeElapsedColumn())
         progress.start()
-        task = progress.add_task("benchmark", total=sum(len(names) for *_, names in plan))
+        task = progress.add_task("benchmark", total=len(args.mode) * sum(len(names) for *_, names in plan))
     results = []
+    phase1_cache = {}
     for workload, collective, size, names in plan:
         if root:
             progress.update(task, description=f"{workload.name} {collective} {size} B")
-        result = measure(world, workload, collective, size, names, mode=args.mode, reps=args.reps,
-                         warmup=args.warmup, on_progress=(lambda: progress.advance(task)) if root else None)
+        measured = measure(world, workload, collective, size, names, modes=args.mode, reps=args.reps,
+                           warmup=args.warmup, phase_reps=args.phase_reps, phase1_cache=phase1_cache,
+                           on_progress=(lambda: progress.advance(task)) if root else None)
         if root:
-            summarize(result)
-            results.append(result)
+            for result in measured:
+                summarize(result)
+                results.append(result)
     if not root:
         return 0
     progress.stop()
     out = Path(args.out)
-    env = environment(world, {"mode": args.mode, "reps": args.reps, "warmup": args.warmup,
+    env = environment(world, {"mode": ",".join(args.mode), "reps": args.reps, "warmup": args.warmup,
+                              "phase_reps": args.phase_reps,
                               "command": " ".join(sys.argv), "seconds": round(time.time() - started, 1)})
     files = write_files(out, results, env)
     figures = write_figures(out, results)
     print_table(results)
+    print_phase_table(results)
     wrong = [(r["topology"], r["collective"], r["size"], n) for r in results
              for n, e in r["algorithms"].items() if not e["agrees_with_native"]]
     print(f"{env['ranks']} ranks on {env['cores']} cores, {env['mpi_library']}; settings: "

@@ -51,8 +51,9 @@ def write_files(out: Path, results: list, env: dict) -> list:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"environment": env, "results": results}, indent=1))
     fields = ["topology", "collective", "size", "mode", "algorithm", "median_s", "q1_s", "q3_s",
-              "ratio_to_native_median", "ratio_q1", "ratio_q3", "build_s", "first_call_s", "steps_max",
-              "messages_max", "messages_mean", "bytes_max", "agrees_with_native"]
+              "ratio_to_native_median", "ratio_q1", "ratio_q3", "speedup_median", "build_s", "first_call_s",
+              "phase1_s", "phase1_cpu_s", "phase2_s", "phase2_cpu_s", "phase2_bind_s", "binds_per_call", "steps_max", "messages_max",
+              "messages_mean", "items_max", "bytes_max", "bytes_mean", "agrees_with_native"]
     with open(out / "results.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(fields)
@@ -61,8 +62,11 @@ def write_files(out: Path, results: list, env: dict) -> list:
                 p = e["plan"]
                 writer.writerow([r["topology"], r["collective"], r["size"], r["mode"], name, e["median"], e["q1"],
                                  e["q3"], e.get("ratio_median"), e.get("ratio_q1"), e.get("ratio_q3"),
-                                 e["build_seconds"], e["first_call_seconds"], p["steps_max"], p["messages_max"],
-                                 p["messages_mean"], p["bytes_max"], e["agrees_with_native"]])
+                                 e.get("speedup_median"), e["build_seconds"], e["first_call_seconds"],
+                                 e["phase1_seconds"], e["phase1_cpu_seconds"], e["phase2_seconds"],
+                                 e["phase2_cpu_seconds"], e["phase2_bind_seconds"],
+                                 e["binds_per_call"], p["steps_max"], p["messages_max"], p["messages_mean"],
+                                 p["items_max"], p["bytes_max"], p["bytes_mean"], e["agrees_with_native"]])
     return [out / "results.json", out / "results.csv"]
 
 
@@ -71,17 +75,19 @@ def _slug(text: str) -> str:
 
 
 def write_figures(out: Path, results: list) -> list:
-    """Per topology: latency vs block size (log-log, quartile bands) and speedup over native."""
+    """Per topology, one column per collective and mode: latency vs block size (log-log,
+    quartile bands) and speedup over native."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     paths = []
     for topology in dict.fromkeys(r["topology"] for r in results):
         rows = [r for r in results if r["topology"] == topology]
-        collectives = list(dict.fromkeys(r["collective"] for r in rows))
-        fig, axes = plt.subplots(2, len(collectives), figsize=(4.2 * len(collectives), 7.0), squeeze=False)
-        for column, collective in enumerate(collectives):
-            cases = sorted((r for r in rows if r["collective"] == collective), key=lambda r: r["size"])
+        columns = list(dict.fromkeys((r["collective"], r["mode"]) for r in rows))
+        fig, axes = plt.subplots(2, len(columns), figsize=(4.2 * len(columns), 7.0), squeeze=False)
+        for column, (collective, mode) in enumerate(columns):
+            cases = sorted((r for r in rows if (r["collective"], r["mode"]) == (collective, mode)),
+                           key=lambda r: r["size"])
             sizes = [r["size"] for r in cases]
             names = list(dict.fromkeys(n for r in cases for n in r["algorithms"]))
             top, bottom = axes[0][column], axes[1][column]
@@ -96,7 +102,7 @@ def write_figures(out: Path, results: list) -> list:
                                 marker="o", label=name, color=line.get_color())
             top.set_xscale("log", base=2)
             top.set_yscale("log")
-            top.set_title(f"{collective} ({cases[0]['mode']})")
+            top.set_title(f"{collective} ({mode})")
             top.set_xlabel("bytes per block")
             top.set_ylabel("latency, us (median, q1-q3 band)")
             top.grid(True, which="both", alpha=0.3)
@@ -115,15 +121,23 @@ def write_figures(out: Path, results: list) -> list:
     return paths
 
 
+def _bytes(count: float) -> str:
+    """A byte count in few characters (B, KiB, MiB)."""
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f}{unit}"
+    return f"{int(count)}B"
+
+
 def print_table(results: list, console=None) -> None:
-    """One row per topology x collective x size; per algorithm median latency and speedup."""
+    """One row per topology x collective x size x mode; per algorithm median latency, speedup, counts."""
     from rich.console import Console
     from rich.table import Table
-    console = console or Console(width=200)  # under mpiexec stdout is no terminal: do not wrap at 80
+    console = console or Console(width=400)  # under mpiexec stdout is no terminal: do not wrap at 80
     names = list(dict.fromkeys(n for r in results for n in r["algorithms"]))
-    table = Table(title="median latency in us (speedup over native, median of interleaved pairs); "
-                        "* best; messages max per rank [steps]", show_lines=False)
-    for header in ("topology", "collective", "bytes"):
+    table = Table(title="median latency in us (speedup over native in the same mode, median of interleaved "
+                        "pairs); * best; messages[steps] and bytes sent, max per rank", show_lines=False)
+    for header in ("topology", "collective", "bytes", "mode"):
         table.add_column(header, no_wrap=True)
     for name in names:
         table.add_column(name, justify="right", no_wrap=True)
@@ -140,6 +154,51 @@ def print_table(results: list, console=None) -> None:
             speed = f" ({e['speedup_median']:.2f}x)" if "speedup_median" in e else ""
             wrong = "" if e["agrees_with_native"] else " WRONG"
             cells.append(f"{mark}{e['median'] * 1e6:.1f}{speed} {e['plan']['messages_max']}"
-                         f"[{e['plan']['steps_max']}]{wrong}")
-        table.add_row(r["topology"], r["collective"], str(r["size"]), *cells)
+                         f"[{e['plan']['steps_max']}] {_bytes(e['plan']['bytes_max'])}{wrong}")
+        table.add_row(r["topology"], r["collective"], str(r["size"]), r["mode"], *cells)
+    console.print(table)
+
+
+def phase_rows(results: list) -> list:
+    """Phase 1 / Phase 2 per topology, collective and sparsecoll algorithm (``native`` has neither).
+
+    Each row: ``(topology, collective, algorithm, (phase1_s, phase1_cpu_s),
+    {size: (phase2_s, phase2_cpu_s)})``; the numbers are the same in every mode of a
+    run, so the first mode's are taken.
+    """
+    rows = {}
+    for r in results:
+        for name, e in r["algorithms"].items():
+            if e.get("phase1_seconds") is None:
+                continue
+            key = (r["topology"], r["collective"], name)
+            row = rows.setdefault(key, [(e["phase1_seconds"], e["phase1_cpu_seconds"]), {}])
+            row[1].setdefault(r["size"], (e["phase2_seconds"], e["phase2_cpu_seconds"]))
+    return [(*key, phase1, phase2) for key, (phase1, phase2) in rows.items()]
+
+
+def _wall_cpu(pair) -> str:
+    return f"{pair[0]:.6f} s ({pair[1]:.6f})"
+
+
+def print_phase_table(results: list, console=None) -> None:
+    """The HiPC 2017 paper's Tables I and II for this run: Phase 1 and Phase 2 times."""
+    from rich.console import Console
+    from rich.table import Table
+    rows = phase_rows(results)
+    if not rows:
+        return
+    console = console or Console(width=400)
+    sizes = sorted({size for *_, phase2 in rows for size in phase2})
+    reps = max((e.get("phase_reps") or 0) for r in results for e in r["algorithms"].values())
+    table = Table(title="Phase 1 (pattern creation) and Phase 2 (schedule of one call: bind + requests): wall "
+                        f"clock (CPU time in parentheses), max over ranks, median of {reps} repetitions")
+    for header in ("topology", "collective", "algorithm"):
+        table.add_column(header, no_wrap=True)
+    table.add_column("Phase 1", justify="right", no_wrap=True)
+    for size in sizes:
+        table.add_column(f"Phase 2, {size} B", justify="right", no_wrap=True)
+    for topology, collective, name, phase1, phase2 in rows:
+        cells = [_wall_cpu(phase2[size]) if size in phase2 else "-" for size in sizes]
+        table.add_row(topology, collective, name, _wall_cpu(phase1), *cells)
     console.print(table)

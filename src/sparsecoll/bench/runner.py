@@ -1,13 +1,30 @@
 """The measurement loop (runs on every rank of an mpiexec launch).
 
 Method of Träff and Hunold (ICPP 2019, Appendix A) and the HiPC 2017
-microbenchmark: warm-up calls; then repetitions in which the algorithms are
-interleaved (their order rotates from one repetition to the next), each call after a
-barrier, its time the maximum over ranks. Per algorithm: median and quartiles of
-those times, and the median and quartiles of the per-repetition ratio to ``native``.
-Pattern build time (Phase 1) and the time of the first call or ``*_init`` (Phase 2,
-binding) are measured separately, as maxima over ranks. Results are checked: every
-algorithm's receive buffer must equal ``native``'s, bit for bit.
+microbenchmark: warm-up calls; then repetitions in which every (algorithm, mode)
+variant is interleaved (their order rotates from one repetition to the next), each
+call after a barrier, its time the maximum over ranks. Per variant: median and
+quartiles of those times, and the median and quartiles of the per-repetition ratio to
+``native`` in the same mode.
+
+Modes (the HiPC 2017 evaluation's persistent and non-persistent flavours, plus plain
+blocking and nonblocking calls):
+
+* ``persistent``: ``Neighbor_*_init`` once, then ``Start`` + ``Wait`` (bound once);
+* ``nonpersistent``: blocking calls on a ``wrap(..., rebind=True)`` wrapper, which binds
+  the schedule on every call; ``native`` makes the MPI library's blocking call;
+* ``blocking``: blocking calls; sparsecoll caches the bound schedule per arguments;
+* ``nonblocking``: ``Ineighbor_*`` + ``Wait`` (cached like blocking calls).
+
+The paper's two phases (Tables I and II) are measured apart from the calls, for every
+sparsecoll algorithm: Phase 1 is ``Algorithm.build`` (pattern creation), Phase 2 is
+binding the pattern to one call's buffers (``bind``) plus creating the executor's
+persistent requests, i.e. what a non-persistent call pays before it communicates.
+Each is the maximum over ranks of one repetition, after a barrier; the median over
+``phase_reps`` repetitions is reported. The number of schedules bound during the timed
+calls is counted per variant, so a run shows that non-persistent calls bind every time
+and the other modes never do. Results are checked: every variant's receive buffer must
+equal ``native``'s, bit for bit.
 """
 
 from __future__ import annotations
@@ -24,6 +41,9 @@ from .. import wrap
 from .workloads import Workload
 
 COLLECTIVES = ("allgather", "allgatherv", "alltoall", "alltoallv")
+MODES = ("persistent", "nonpersistent", "blocking", "nonblocking")
+PHASE_FIELDS = ("phase1_seconds", "phase1_cpu_seconds", "phase2_seconds", "phase2_cpu_seconds",
+                "phase2_bind_seconds")
 
 
 @dataclass
@@ -76,6 +96,8 @@ class Call:
     """One algorithm's way of running the collective in the chosen mode."""
 
     def __init__(self, comm, collective: str, buffers: Buffers, mode: str):
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
         self.buffers = buffers
         self.mode = mode
         self.request = None
@@ -88,7 +110,7 @@ class Call:
         elif mode == "nonblocking":
             self.method = getattr(comm, "I" + name[0].lower() + name[1:])
             self.method(buffers.sendspec, buffers.recvspec).Wait()
-        else:
+        else:  # blocking, nonpersistent (the wrapper rebinds)
             self.method = getattr(comm, name)
             self.method(buffers.sendspec, buffers.recvspec)
         self.first_seconds = time.perf_counter() - start
@@ -103,12 +125,74 @@ class Call:
             self.method(self.buffers.sendspec, self.buffers.recvspec)
 
     def free(self) -> None:
+        """Release the persistent request (if any)."""
         if self.request is not None:
             self.request.Free()
 
 
 def _max_over_ranks(world, value: float) -> float:
     return world.allreduce(value, op=MPI.MAX)
+
+
+def _median_of_max(world, seconds: numpy.ndarray) -> float:
+    """Maximum over ranks per repetition, then the median over repetitions."""
+    worst = numpy.empty_like(seconds)
+    world.Allreduce(seconds, worst, op=MPI.MAX)
+    return float(numpy.median(worst))
+
+
+def phase1_seconds(world, comm, collective: str, repetitions: int) -> dict:
+    """Phase 1 (pattern creation): ``Algorithm.build`` for ``comm``'s algorithm, collective.
+
+    The pattern is built anew ``repetitions`` times on the handle's private
+    communicator, each after a barrier. Returns ``phase1_seconds`` (wall clock) and
+    ``phase1_cpu_seconds`` (this thread's CPU time, which oversubscribed ranks do not
+    inflate), each the median over repetitions of the maximum over ranks. The
+    wrapper's cached pattern is left alone.
+    """
+    if repetitions < 1:
+        raise ValueError(f"repetitions: expected at least 1, got {repetitions}")
+    name = comm.resolved_algorithm(collective)
+    algorithm = REGISTRY[name]
+    options = comm._sc_options  # the wrapper's options, as its own pattern() uses them
+    private = comm._sc_state.private
+    wall, cpu = numpy.empty(repetitions), numpy.empty(repetitions)
+    for k in range(repetitions):
+        world.Barrier()
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        algorithm.build(comm.topology, private, options, family_of(collective))
+        wall[k], cpu[k] = time.perf_counter() - start, time.thread_time() - start_cpu
+    return {"phase1_seconds": _median_of_max(world, wall), "phase1_cpu_seconds": _median_of_max(world, cpu)}
+
+
+def phase2_seconds(world, comm, collective: str, buffers: Buffers, repetitions: int) -> dict:
+    """Phase 2 (schedule creation for one call), collective over the ranks.
+
+    Parsing the call's buffer specs and binding the pattern to them (counts,
+    displacements, datatypes, temporary space; the size pass where one is needed),
+    then creating the executor's persistent requests and derived datatypes: everything
+    a non-persistent call does before it communicates. Returns ``phase2_seconds``
+    (wall clock), ``phase2_cpu_seconds`` (this thread's CPU time) and
+    ``phase2_bind_seconds`` (wall clock of parsing and binding alone), each the median
+    over ``repetitions`` of the maximum over ranks.
+    """
+    if repetitions < 1:
+        raise ValueError(f"repetitions: expected at least 1, got {repetitions}")
+    from ..execute.p2p import Executor
+    private = comm._sc_state.private
+    bind_wall, wall, cpu = numpy.empty(repetitions), numpy.empty(repetitions), numpy.empty(repetitions)
+    for k in range(repetitions):
+        world.Barrier()
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        send, recv = comm._parse(collective, buffers.sendspec, buffers.recvspec)
+        schedule = comm._bind(collective, send, recv)
+        bound = time.perf_counter()
+        executor = Executor(private, schedule, 0)  # channel 0: never run
+        wall[k], cpu[k] = time.perf_counter() - start, time.thread_time() - start_cpu
+        bind_wall[k] = bound - start
+        executor.free()
+    return {"phase2_seconds": _median_of_max(world, wall), "phase2_cpu_seconds": _median_of_max(world, cpu),
+            "phase2_bind_seconds": _median_of_max(world, bind_wall)}
 
 
 def plan_numbers(world, workload: Workload, comm, collective: str, size: int) -> dict:
@@ -130,11 +214,27 @@ def plan_numbers(world, workload: Workload, comm, collective: str, size: int) ->
             "rank0_info": extra}
 
 
-def measure(world, workload: Workload, collective: str, size: int, algorithms: list, *, mode: str,
-            reps: int, warmup: int, on_progress=None) -> dict:
-    """Interleaved measurement of ``algorithms`` for one workload, collective and size."""
+def measure(world, workload: Workload, collective: str, size: int, algorithms: list, *, modes, reps: int,
+            warmup: int, phase_reps: int = 5, phase1_cache: dict | None = None, on_progress=None) -> list:
+    """Interleaved measurement of every (algorithm, mode) for one workload, collective and size.
+
+    Returns one result per mode (in ``modes`` order); each compares its algorithms
+    with ``native`` in the same mode, repetition by repetition. ``phase1_cache``
+    (a dict kept across calls) lets Phase 1 be measured once per workload, family and
+    algorithm, since it does not depend on the size or the mode.
+    """
+    if isinstance(modes, str):
+        modes = [modes]
+    modes = list(dict.fromkeys(modes))
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ValueError(f"modes: expected some of {MODES}, got {modes!r}")
+    if reps < 1:
+        raise ValueError(f"reps: expected at least 1, got {reps}")
     family = family_of(collective)
-    comms, build_seconds, calls, plans = {}, {}, {}, {}
+    phase1_cache = {} if phase1_cache is None else phase1_cache
+    variants = [(name, mode) for mode in modes for name in algorithms]
+    comms, build_seconds, plans, phases = {}, {}, {}, {}
     for name in algorithms:
         world.Barrier()
         start = time.perf_counter()
@@ -142,38 +242,59 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
         if name != "native":
             comm.pattern(collective)
         build_seconds[name] = _max_over_ranks(world, time.perf_counter() - start)
-        comms[name] = comm
         plans[name] = plan_numbers(world, workload, comm, collective, size)
-    for name, comm in comms.items():
+        if name != "native":
+            key = (workload.spec, family, name)
+            if key not in phase1_cache:
+                phase1_cache[key] = phase1_seconds(world, comm, collective, phase_reps)
+            phases[name] = {**phase1_cache[key], **phase2_seconds(world, comm, collective,
+                                                                   make_buffers(workload, collective, size),
+                                                                   phase_reps), "phase_reps": phase_reps}
+        else:  # the MPI library's own setup is not visible
+            phases[name] = {**dict.fromkeys(PHASE_FIELDS), "phase_reps": 0}
+        for mode in modes:
+            comms[(name, mode)] = wrap(workload.comm, name, rebind=(mode == "nonpersistent" and name != "native"))
+    calls = {}
+    for variant, comm in comms.items():
         world.Barrier()
-        calls[name] = Call(comm, collective, make_buffers(workload, collective, size), mode)
-    first = {name: _max_over_ranks(world, call.first_seconds) for name, call in calls.items()}
+        calls[variant] = Call(comm, collective, make_buffers(workload, collective, size), variant[1])
+    first = {variant: _max_over_ranks(world, call.first_seconds) for variant, call in calls.items()}
     for _ in range(warmup):
         for call in calls.values():
             call()
-    samples = {name: numpy.empty(reps) for name in algorithms}
+    samples = {variant: numpy.empty(reps) for variant in variants}
+    binds = dict.fromkeys(variants, 0)
+    handle = workload.comm
     timer = MPI.Wtime
     for rep in range(reps):
-        shift = rep % len(algorithms)
-        for name in algorithms[shift:] + algorithms[:shift]:
-            call = calls[name]
+        shift = rep % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            call = calls[variant]
+            bound_before = handle.schedules_bound
             world.Barrier()
             t0 = timer()
             call()
-            samples[name][rep] = timer() - t0
-    result = {"workload": workload.spec, "topology": workload.name, "collective": collective,
-              "family": family, "size": size, "mode": mode, "reps": reps, "algorithms": {}}
-    reference = calls["native"].buffers.recv if "native" in calls else None
-    for name in algorithms:
-        worst = numpy.empty(reps)
-        world.Allreduce(samples[name], worst, op=MPI.MAX)
-        agree = True if reference is None else bool(numpy.array_equal(calls[name].buffers.recv, reference))
-        agree = world.allreduce(agree, op=MPI.LAND)
-        result["algorithms"][name] = {"samples": worst.tolist(), "build_seconds": build_seconds[name],
-                                      "first_call_seconds": first[name], "agrees_with_native": agree,
-                                      "plan": plans[name]}
-        if on_progress is not None:
-            on_progress()
+            samples[variant][rep] = timer() - t0
+            binds[variant] += handle.schedules_bound - bound_before
+    results = []
+    for mode in modes:
+        result = {"workload": workload.spec, "topology": workload.name, "collective": collective,
+                  "family": family, "size": size, "mode": mode, "reps": reps, "algorithms": {}}
+        reference = next((calls[(n, m)].buffers.recv for m in [mode, *modes] for n in algorithms
+                          if n == "native" and (n, m) in calls), None)
+        for name in algorithms:
+            variant = (name, mode)
+            worst = numpy.empty(reps)
+            world.Allreduce(samples[variant], worst, op=MPI.MAX)
+            agree = True if reference is None else bool(numpy.array_equal(calls[variant].buffers.recv, reference))
+            agree = world.allreduce(agree, op=MPI.LAND)
+            result["algorithms"][name] = {"samples": worst.tolist(), "build_seconds": build_seconds[name],
+                                          "first_call_seconds": first[variant], "agrees_with_native": agree,
+                                          "binds_per_call": _max_over_ranks(world, binds[variant]) / reps,
+                                          **phases[name], "plan": plans[name]}
+            if on_progress is not None:
+                on_progress()
+        results.append(result)
     for call in calls.values():
         call.free()
-    return result
+    return results
