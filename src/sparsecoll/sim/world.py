@@ -99,19 +99,118 @@ class Counters:
                 "collective_bytes": self.collective_bytes, "depth": self.depth}
 
 
-@dataclass(slots=True)
 class _Message:
-    source: int
-    tag: int
-    data: bytes
-    stamp: int
-    sync: Optional["Request"] = None
+    """A message in flight: envelope, pickled payload, sender's clock + 1, issend request."""
+
+    __slots__ = ("source", "tag", "data", "stamp", "sync")
+
+    def __init__(self, source: int, tag: int, data: bytes, stamp: int, sync: Optional["Request"] = None):
+        self.source = source
+        self.tag = tag
+        self.data = data
+        self.stamp = stamp
+        self.sync = sync
 
 
 @dataclass
 class _Waiting:
     description: str
     on: Optional[frozenset]  # ranks waited on; None: any rank
+
+
+class _LazyWaiting:
+    """A :class:`_Waiting` computed only when asked (deadlock reports, livelock checks).
+
+    Blocking happens millions of times in a large build and is almost never reported,
+    so the description (string formatting, the set of missing ranks) waits until needed.
+    """
+
+    __slots__ = ("_describe", "_value")
+
+    def __init__(self, describe: Callable[[], _Waiting]):
+        self._describe = describe
+        self._value = None
+
+    def _get(self) -> _Waiting:
+        if self._value is None:
+            self._value = self._describe()
+        return self._value
+
+    @property
+    def description(self) -> str:
+        """What the rank waits in."""
+        return self._get().description
+
+    @property
+    def on(self) -> Optional[frozenset]:
+        """Ranks waited on; None: any rank."""
+        return self._get().on
+
+
+_POLLING = _Waiting("a polling loop (test/iprobe)", None)
+
+
+class _Mailbox:
+    """One rank's matching state on one communicator (MPI-4.1 §3.5 ordering).
+
+    ``unexpected`` holds arrived, unmatched messages in arrival order; ``posted`` the
+    pending receives in posting order as ``(source, tag, request)``. A receive takes the
+    first matching unexpected message and an arriving message the first matching posted
+    receive, so messages between one pair never overtake each other. The scans compare
+    fields inline, specialized per wildcard combination (the queues of the builders are
+    short, and a scan of a short list costs less than maintaining indexes).
+    """
+
+    __slots__ = ("unexpected", "posted")
+
+    def __init__(self):
+        self.unexpected: list = []
+        self.posted: list = []
+
+    def add_unexpected(self, msg: _Message) -> None:
+        """Queue a message no posted receive matched."""
+        self.unexpected.append(msg)
+
+    def find(self, source: int, tag: int, take: bool) -> Optional[_Message]:
+        """The earliest arrived message matching ``(source, tag)``; removed if ``take``."""
+        unexpected = self.unexpected
+        if not unexpected:
+            return None
+        index = None
+        if source == ANY_SOURCE:
+            if tag == ANY_TAG:
+                index = 0
+            else:
+                for i, msg in enumerate(unexpected):
+                    if msg.tag == tag:
+                        index = i
+                        break
+        elif tag == ANY_TAG:
+            for i, msg in enumerate(unexpected):
+                if msg.source == source:
+                    index = i
+                    break
+        else:
+            for i, msg in enumerate(unexpected):
+                if msg.source == source and msg.tag == tag:
+                    index = i
+                    break
+        if index is None:
+            return None
+        return unexpected.pop(index) if take else unexpected[index]
+
+    def post(self, req: "Request") -> None:
+        """Queue a receive no unexpected message matched."""
+        self.posted.append((req.source, req.tag, req))
+
+    def match_posted(self, source: int, tag: int) -> Optional["Request"]:
+        """Remove and return the earliest posted receive that matches ``(source, tag)``."""
+        posted = self.posted
+        for i, (want_source, want_tag, req) in enumerate(posted):
+            if (want_source == source or want_source == ANY_SOURCE) and (want_tag == tag or want_tag == ANY_TAG):
+                del posted[i]
+                return req
+        return None
 
 
 class _RankState:
@@ -151,8 +250,7 @@ class _Context:
         self.world = world
         self.cid = cid
         self.topologies = topologies
-        self.unexpected = [[] for _ in range(n)]
-        self.posted = [[] for _ in range(n)]
+        self.mailboxes = [_Mailbox() for _ in range(n)]
         self.coll_calls = [0] * n
         self.slots: dict = {}
         self.dups = [0] * n
@@ -222,7 +320,12 @@ class Request:
     def wait(self, status=None):
         """Block until complete; return the received object (None for sends)."""
         if not self.complete:
-            self.comm._block(lambda: self.complete, self._describe())
+            state = self.comm._state
+            driver = self.comm._world._driver
+            while not self.complete:
+                state.waiting = self  # described lazily: see description/on
+                driver.switch()
+            state.waiting = None
         return self._finish(status)
 
     def test(self, status=None):
@@ -245,6 +348,16 @@ class Request:
     def Free(self) -> None:
         """Nothing to release."""
 
+    @property
+    def description(self) -> str:
+        """What a rank blocked in :meth:`wait` on this request waits in (deadlock reports)."""
+        return self._describe().description
+
+    @property
+    def on(self) -> Optional[frozenset]:
+        """Ranks a rank blocked on this request waits on; None: any rank."""
+        return self._describe().on
+
     def _describe(self) -> _Waiting:
         if self.kind == "recv":
             on = None if self.source == ANY_SOURCE else frozenset([self.source])
@@ -261,10 +374,6 @@ def _src(source) -> str:
 
 def _tag(tag) -> str:
     return "ANY_TAG" if tag == ANY_TAG else str(tag)
-
-
-def _matches(source, tag, msg: _Message) -> bool:
-    return (source == ANY_SOURCE or source == msg.source) and (tag == ANY_TAG or tag == msg.tag)
 
 
 class VirtualComm:
@@ -368,19 +477,23 @@ class VirtualComm:
         world = self._world
         world._polls += 1
         state = self._state
-        state.waiting = _Waiting("a polling loop (test/iprobe)", None)
+        state.waiting = _POLLING
         state.queued = True
         world._ready.append(self._rank)
         world._driver.switch()
         state.waiting = None
 
     def _check_peer(self, peer, name: str, wildcard: bool) -> None:
+        if type(peer) is int and 0 <= peer < self._world.size:
+            return
         if peer == PROC_NULL or (wildcard and peer == ANY_SOURCE):
             return
         if not isinstance(peer, int) or not 0 <= peer < self._world.size:
             raise SimulationError(f"{name}: rank {peer!r} out of range for {self._world.size} ranks")
 
     def _check_tag(self, tag, wildcard: bool) -> None:
+        if type(tag) is int and 0 <= tag <= TAG_UB:
+            return
         if wildcard and tag == ANY_TAG:
             return
         if not isinstance(tag, int) or not 0 <= tag <= TAG_UB:
@@ -400,13 +513,12 @@ class VirtualComm:
         counters.messages += 1
         counters.bytes += len(data)
         msg = _Message(self._rank, tag, data, counters.depth + 1, sync)
-        posted = self._ctx.posted[dest]
-        for i, req in enumerate(posted):
-            if _matches(req.source, req.tag, msg):
-                del posted[i]
-                self._world._deliver(req, msg)
-                return
-        self._ctx.unexpected[dest].append(msg)
+        mailbox = self._ctx.mailboxes[dest]
+        req = mailbox.match_posted(self._rank, tag)
+        if req is not None:
+            self._world._deliver(req, msg)
+            return
+        mailbox.add_unexpected(msg)
         self._world._notify(dest)
 
     def send(self, obj, dest: int, tag: int = 0) -> None:
@@ -439,13 +551,12 @@ class VirtualComm:
             req.complete = True
             req.tag = ANY_TAG
             return req
-        unexpected = self._ctx.unexpected[self._rank]
-        for i, msg in enumerate(unexpected):
-            if _matches(source, tag, msg):
-                del unexpected[i]
-                self._world._deliver(req, msg)
-                return req
-        self._ctx.posted[self._rank].append(req)
+        mailbox = self._ctx.mailboxes[self._rank]
+        msg = mailbox.find(source, tag, True)
+        if msg is not None:
+            self._world._deliver(req, msg)
+            return req
+        mailbox.post(req)
         return req
 
     def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None):
@@ -460,10 +571,7 @@ class VirtualComm:
         return req.wait(status)
 
     def _find(self, source, tag):
-        for msg in self._ctx.unexpected[self._rank]:
-            if _matches(source, tag, msg):
-                return msg
-        return None
+        return self._ctx.mailboxes[self._rank].find(source, tag, False)
 
     def iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None) -> bool:
         """Whether a matching message can be received now (fills ``status``)."""
@@ -542,7 +650,7 @@ class VirtualComm:
     def _collective(self, kind: str, contribution, root=None, nbytes: int = 0) -> _Slot:
         slot = self._enter(kind, contribution, root, nbytes)
         if not slot.done:
-            self._block(lambda: slot.done, self._slot_waiting(slot))
+            self._block(lambda: slot.done, _LazyWaiting(lambda: self._slot_waiting(slot)))
         self._collect(slot)
         return slot
 
