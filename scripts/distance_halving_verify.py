@@ -11,9 +11,11 @@ random graphs (2-40 ranks, random density and L) for termination and agreement.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
+from pathlib import Path
 
 from sparsecoll.model.params import Placement
 from sparsecoll.sim.harness import build_patterns
@@ -53,16 +55,21 @@ def main(argv=None) -> int:
     parser.add_argument("--moore", default="moore:D=2,R=1;moore:D=2,R=2;moore:D=3,R=1")
     parser.add_argument("--placements", default="18x2,16x2")
     parser.add_argument("--sweep", type=int, default=0)
+    parser.add_argument("--out", default=None, help="JSON file of the results (rewritten after every build)")
     args = parser.parse_args(argv)
     placements = [Placement.parse(p) for p in args.placements.split(",")]
+    records = []
     for n in (int(x) for x in args.sizes.split(",")):
         for placement in placements:
-            specs = args.moore.split(";")
+            specs = [s for s in args.moore.split(";") if s]
             if n <= args.random_max:
-                specs += [f"random:density={d},seed=1" for d in args.densities.split(",")]
+                specs += [f"random:density={d},seed=1" for d in args.densities.split(",") if d]
             for spec in specs:
                 result = check(generate(spec, n), placement)
                 print(f"{n:>5} {str(placement):>5} {spec:<26} verified: {result}", flush=True)
+                records.append({"placement": str(placement), "spec": spec, **result})
+                if args.out:
+                    Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
     if args.sweep:
         rng = random.Random(7)
         pairs = 0
