@@ -11,8 +11,9 @@ neighborhood, its friends and the in-neighbor lists of its out-neighbors):
 
   A. refreshes the common-neighborhood matrix ``M`` (§IV-B1, IV-B3): each rank sends
      to each active in-neighbor its list of active in-neighbors (in round 0 the full
-     list with the edge labels, afterwards only the ranks removed since), so ``M[n]``
-     at ``p`` lists who else still sends to ``n``;
+     list, with the edge labels for the alltoall family; afterwards only the ranks
+     removed since), so ``M[n]`` at ``p`` lists who else still sends to ``n``
+     (a sorted integer array: ``M`` holds degree^2 entries per rank);
   B. counts, from ``M``, the active out-neighbors it shares with every other rank;
      ranks sharing at least Θ (option ``theta``, default 4) are *friends*. With no
      friend left the rank is done: it notifies its active out-neighbors (``DONE``)
@@ -81,6 +82,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from numbers import Integral
 
+import numpy
 from mpi4py import MPI
 
 from ..pattern import ALLGATHER, Message, Pattern, Step, gather_item, personal_item
@@ -277,33 +279,39 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     messenger = _Messenger(private)
     steps = _Steps()
     out_active, in_active = set(out_labels), set(in_labels)
-    M: dict = {}                 # active out-neighbor n -> {rank still sending to n: its edge labels}
+    # M: active out-neighbor n -> sorted array of the other ranks still sending to n (4 bytes
+    # per entry: M holds degree^2 entries per rank, which decides how many virtual ranks fit)
+    M: dict = {}
+    labels_to: dict = {}         # alltoall family: n -> {rank sending to n: its edge labels}
     removed: list = []           # in-neighbors dropped since the last M message
     done = False
     info = Counter()
     round_ = 0
     try:
         while not done or in_active:
-            # A. refresh M: my active in-neighbors learn whom I dropped (round 0: everything)
+            # A. refresh M: my active in-neighbors learn whom I dropped (round 0: everything;
+            # the edge labels only for the alltoall family, where forwarded items name them)
             if round_ == 0:
-                payload = {q: in_labels[q] for q in in_active}
+                payload = (tuple(sorted(in_active)) if family == ALLGATHER
+                           else tuple(sorted((q, in_labels[q]) for q in in_active)))
             else:
                 payload = tuple(removed)
             removed = []
             messenger.post(dict.fromkeys(in_active, payload), TAG_M)
             for n, update in messenger.collect(out_active, TAG_M).items():
                 if round_ == 0:
-                    M[n] = dict(update)
-                    M[n].pop(me, None)
-                else:
-                    for q in update:
-                        M[n].pop(q, None)
+                    if family != ALLGATHER:
+                        labels_to[n] = dict(update)
+                        update = tuple(labels_to[n])
+                    senders = numpy.array(update, dtype=numpy.int64)
+                    M[n] = senders[senders != me]
+                elif update:
+                    M[n] = M[n][~numpy.isin(M[n], update)]
 
             # B. pair, split, notify
             covered = set()
             if not done:
-                common = Counter(q for n in out_active for q in M[n])
-                weights = {q: c for q, c in common.items() if c >= theta}
+                weights = _friends(M, out_active, theta)
                 if round_ == 0:
                     info["friends"] = len(weights)
                 if not weights:
@@ -320,7 +328,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
                     if friend is not None:
                         info["friends_paired"] += 1
                         covered = _combine(me, friend, family, out_labels, in_labels, out_active,
-                                           in_active, M, round_, steps, notes)
+                                           in_active, M, labels_to, round_, steps, notes)
                 messenger.post(notes, TAG_NOTE)
 
             # C. notifications from my active in-neighbors
@@ -338,6 +346,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
             out_active -= covered
             for n in covered:
                 M.pop(n, None)
+                labels_to.pop(n, None)
             round_ += 1
         info["rounds"] = round_
         phase1_messages = messenger.sent
@@ -357,9 +366,23 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     })
 
 
-def _combine(me, friend, family, out_labels, in_labels, out_active, in_active, M, round_, steps, notes) -> set:
+def _friends(M: dict, out_active, theta: int) -> dict:
+    """Friends from ``M``: rank -> number of active out-neighbors shared with it, if >= Θ."""
+    if not out_active:
+        return {}
+    ranks, counts = numpy.unique(numpy.concatenate([M[n] for n in out_active]), return_counts=True)
+    keep = counts >= theta
+    return dict(zip(ranks[keep].tolist(), counts[keep].tolist()))
+
+
+def _combine(me, friend, family, out_labels, in_labels, out_active, in_active, M, labels_to, round_, steps,
+             notes) -> set:
     """Record one combining round with ``friend`` (lines 7-18 of Algorithm 1); return the covered out-neighbors."""
-    common = [n for n in out_active if friend in M[n]]
+    common = [n for n in out_active if numpy.any(M[n] == friend)]
+
+    def friends_items(n):  # the items the friend's edges to n carry
+        return edge_items(family, friend, n, () if family == ALLGATHER else labels_to[n][friend])
+
     onloaded, offloaded = split_common(me, friend, common)
     to_friend = friend in out_active      # my edge to the friend rides on the exchange
     from_friend = friend in in_active     # and the friend's edge to me
@@ -371,7 +394,7 @@ def _combine(me, friend, family, out_labels, in_labels, out_active, in_active, M
         incoming = (gather_item(friend),) if take else ()
     else:
         outgoing = [item for n in offloaded for item in edge_items(family, me, n, out_labels[n])]
-        incoming = [item for n in onloaded for item in edge_items(family, friend, n, M[n][friend])]
+        incoming = [item for n in onloaded for item in friends_items(n)]
         if to_friend:
             outgoing += edge_items(family, me, friend, out_labels[friend])
         if from_friend:
@@ -379,8 +402,7 @@ def _combine(me, friend, family, out_labels, in_labels, out_active, in_active, M
     steps.send(2 * round_, friend, outgoing)
     steps.recv(2 * round_, friend, incoming)
     for n in onloaded:
-        steps.send(2 * round_ + 1, n, edge_items(family, me, n, out_labels[n])
-                   + edge_items(family, friend, n, M[n][friend]))
+        steps.send(2 * round_ + 1, n, edge_items(family, me, n, out_labels[n]) + friends_items(n))
         notes[n] = (ONLOADED, friend)
     for n in offloaded:
         notes[n] = (OFFLOADED,)
