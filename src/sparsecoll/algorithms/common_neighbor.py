@@ -303,7 +303,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
                     if family != ALLGATHER:
                         labels_to[n] = dict(update)
                         update = tuple(labels_to[n])
-                    senders = numpy.array(update, dtype=numpy.int64)
+                    senders = numpy.array(update, dtype=numpy.int32)
                     M[n] = senders[senders != me]
                 elif update:
                     M[n] = M[n][~numpy.isin(M[n], update)]
