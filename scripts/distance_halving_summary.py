@@ -36,7 +36,7 @@ def worked(records) -> list:
         lines += [
             "| | off-socket | intra-socket | total | halving steps |",
             "|---|---|---|---|---|",
-            f"| paper's text | 7 | 16 | 23 | - |",
+            "| paper's text | 7 | 16 | 23 | - |",
             f"| eqs. 1-2 as printed | {eq['n_off']:.2f} (eq. 1) | {eq['n_in']:.2f} (eq. 2) | "
             f"{eq['n_off'] + eq['n_in']:.2f} | {eq['halving_steps']} (ceil(log2(n/L)) + 1) |",
             f"| simulator, by placement (mean / max per rank) | {sim['mean_off_socket']:.2f} / {sim['max_off_socket']} "
