@@ -81,7 +81,8 @@ def check_run(path: Path, machines: dict) -> dict:
             compiled, plan, seconds = built[key]
             size = int(entry["size"])
             recorded = {k: measured["plan"][k] for k in plan}
-            row = {"topology": spec, "collective": entry["collective"], "size": size, "algorithm": algorithm,
+            row = {"topology": spec, "collective": entry["collective"], "size": size,
+                   "mode": entry.get("mode", "persistent"), "algorithm": algorithm,
                    "pattern": pattern_name, "q1": measured["q1"], "median": measured["median"],
                    "q3": measured["q3"], "count": predict(compiled, NORMALIZED, [size])[size],
                    "plan_simulated": plan, "plan_measured": recorded, "plan_match": plan == recorded,
@@ -92,15 +93,19 @@ def check_run(path: Path, machines: dict) -> dict:
                 row["error"][label] = predicted / measured["median"] - 1.0
             rows.append(row)
     _add_speedups(rows, machines)
+    modes = sorted({row["mode"] for row in rows})
+    summary = _summary(rows, machines)
+    if len(modes) > 1:  # one model, but modes measure different things (per-call bind or not)
+        summary["by_mode"] = {mode: _summary([r for r in rows if r["mode"] == mode], machines) for mode in modes}
     return {"results": str(path), "ranks": ranks, "placement": override, "command": env.get("command"),
-            "settings": env.get("settings"), "rows": rows, "summary": _summary(rows, machines)}
+            "settings": env.get("settings"), "rows": rows, "summary": summary}
 
 
 def _add_speedups(rows, machines) -> None:
-    """Measured and predicted speedup over ``direct`` of the same (topology, collective, size)."""
-    direct = {(r["topology"], r["collective"], r["size"]): r for r in rows if r["algorithm"] == "direct"}
+    """Measured and predicted speedup over ``direct`` of the same (topology, collective, size, mode)."""
+    direct = {(r["topology"], r["collective"], r["size"], r["mode"]): r for r in rows if r["algorithm"] == "direct"}
     for row in rows:
-        base = direct.get((row["topology"], row["collective"], row["size"]))
+        base = direct.get((row["topology"], row["collective"], row["size"], row["mode"]))
         if base is None:
             continue
         row["speedup_measured"] = base["median"] / row["median"]
@@ -161,13 +166,13 @@ def markdown(checks: list, machines: dict, command: str) -> str:
         lines += [f"## {check['results']} ({check['ranks']} ranks"
                   + (f", placement override {check['placement']}" if check["placement"] else "") + ")", "",
                   f"Benchmark command: `{check['command']}`", ""]
-        head = ["topology", "coll", "bytes", "algorithm", "q1", "median", "q3", "count"]
+        head = ["topology", "coll", "bytes", "mode", "algorithm", "q1", "median", "q3", "count"]
         for label in labels:
             head += [f"pred {label}", f"err {label}"]
         head += ["x meas"] + [f"x {label}" for label in labels] + ["plan"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in check["rows"]:
-            cells = [r["topology"], r["collective"], str(r["size"]),
+            cells = [r["topology"], r["collective"], str(r["size"]), r["mode"],
                      r["algorithm"] + (" (direct's pattern)" if r["pattern"] != r["algorithm"] else ""),
                      _us(r["q1"]), _us(r["median"]), _us(r["q3"]), f"{r['count']:g}"]
             for label in labels:
@@ -179,10 +184,13 @@ def markdown(checks: list, machines: dict, command: str) -> str:
         lines += ["", ("speedup direction: rows whose Patterns differ from direct's, where measured and predicted agree "
                   "on faster / slower than direct."), "",
                   "| parameter set | median abs err | min err | max err | speedup direction agrees |", "|---|---|---|---|---|"]
-        for label in labels:
-            s = check["summary"][label]
-            lines.append(f"| {label} | {s['median_abs_error']:.0%} | {s['min_error']:+.0%} | {s['max_error']:+.0%} "
-                         f"| {s['speedup_direction_agrees']} |")
+        groups = [("", check["summary"])] + [(f" ({mode} rows)", summary)
+                                             for mode, summary in check["summary"].get("by_mode", {}).items()]
+        for suffix, summary in groups:
+            for label in labels:
+                s = summary[label]
+                lines.append(f"| {label}{suffix} | {s['median_abs_error']:.0%} | {s['min_error']:+.0%} "
+                             f"| {s['max_error']:+.0%} | {s['speedup_direction_agrees']} |")
         fit = check["summary"].get("fit_median_vs_count")
         if fit:
             lines += ["", (f"Least squares over this run's rows (in-sample, not a prediction): median = "
