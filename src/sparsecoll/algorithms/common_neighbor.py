@@ -279,8 +279,10 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     messenger = _Messenger(private)
     steps = _Steps()
     out_active, in_active = set(out_labels), set(in_labels)
-    # M: active out-neighbor n -> sorted array of the other ranks still sending to n (4 bytes
-    # per entry: M holds degree^2 entries per rank, which decides how many virtual ranks fit)
+    # M: active out-neighbor n -> sorted array of the other ranks still sending to n, in the
+    # smallest unsigned type that holds every rank (M holds degree^2 entries per rank, which
+    # decides how many virtual ranks fit in one process)
+    rank_type = numpy.min_scalar_type(max(topology.size - 1, 0))
     M: dict = {}
     labels_to: dict = {}         # alltoall family: n -> {rank sending to n: its edge labels}
     removed: list = []           # in-neighbors dropped since the last M message
@@ -303,7 +305,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
                     if family != ALLGATHER:
                         labels_to[n] = dict(update)
                         update = tuple(labels_to[n])
-                    senders = numpy.array(update, dtype=numpy.int32)
+                    senders = numpy.array(update, dtype=rank_type)
                     M[n] = senders[senders != me]
                 elif update:
                     M[n] = M[n][~numpy.isin(M[n], update)]
