@@ -158,9 +158,15 @@ class _Messenger:
             self.pending.append(self.comm.isend(outgoing[peer], peer, tag))
         self.sent += len(outgoing)
 
-    def collect(self, sources, tag: int) -> dict:
-        """Receive one object from every source (in rank order)."""
-        return {q: self.comm.recv(source=q, tag=tag) for q in sorted(sources)}
+    def collect(self, sources, tag: int, apply=None) -> dict:
+        """Receive one object from every source (in rank order), through ``apply`` if given.
+
+        ``apply`` runs on each object as it arrives, so that large messages can be reduced
+        before the next one is awaited.
+        """
+        if apply is None:
+            return {q: self.comm.recv(source=q, tag=tag) for q in sorted(sources)}
+        return {q: apply(q, self.comm.recv(source=q, tag=tag)) for q in sorted(sources)}
 
     def exchange(self, outgoing: dict, sources, tag: int) -> dict:
         """Send ``outgoing`` and receive one object from every source."""
@@ -285,6 +291,14 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     rank_type = numpy.min_scalar_type(max(topology.size - 1, 0))
     M: dict = {}
     labels_to: dict = {}         # alltoall family: n -> {rank sending to n: its edge labels}
+
+    def first_row(n, update):    # round 0: the whole list of who sends to n, made compact on arrival
+        if family != ALLGATHER:
+            labels_to[n] = dict(update)
+            update = tuple(labels_to[n])
+        senders = numpy.array(update, dtype=rank_type)
+        return senders[senders != me]
+
     removed: list = []           # in-neighbors dropped since the last M message
     done = False
     info = Counter()
@@ -300,15 +314,12 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
                 payload = tuple(removed)
             removed = []
             messenger.post(dict.fromkeys(in_active, payload), TAG_M)
-            for n, update in messenger.collect(out_active, TAG_M).items():
-                if round_ == 0:
-                    if family != ALLGATHER:
-                        labels_to[n] = dict(update)
-                        update = tuple(labels_to[n])
-                    senders = numpy.array(update, dtype=rank_type)
-                    M[n] = senders[senders != me]
-                elif update:
-                    M[n] = M[n][~numpy.isin(M[n], update)]
+            if round_ == 0:
+                M = messenger.collect(out_active, TAG_M, apply=first_row)
+            else:
+                for n, update in messenger.collect(out_active, TAG_M).items():
+                    if update:
+                        M[n] = M[n][~numpy.isin(M[n], update)]
 
             # B. pair, split, notify
             covered = set()
