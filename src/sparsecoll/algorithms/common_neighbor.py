@@ -158,14 +158,12 @@ class _Messenger:
             self.pending.append(self.comm.isend(outgoing[peer], peer, tag))
         self.sent += len(outgoing)
 
-    def collect(self, sources, tag: int, apply=None) -> dict:
-        """Receive one object from every source (in rank order), through ``apply`` if given.
+    def collect(self, sources, tag: int, apply=lambda source, obj: obj) -> dict:
+        """Receive one object from every source (in rank order), each passed through ``apply``.
 
-        ``apply`` runs on each object as it arrives, so that large messages can be reduced
-        before the next one is awaited.
+        ``apply(source, obj)`` runs as each object arrives, so that a large message can be
+        reduced before the next one is awaited.
         """
-        if apply is None:
-            return {q: self.comm.recv(source=q, tag=tag) for q in sorted(sources)}
         return {q: apply(q, self.comm.recv(source=q, tag=tag)) for q in sorted(sources)}
 
     def exchange(self, outgoing: dict, sources, tag: int) -> dict:
@@ -288,7 +286,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     # M: active out-neighbor n -> sorted array of the other ranks still sending to n, in the
     # smallest unsigned type that holds every rank (M holds degree^2 entries per rank, which
     # decides how many virtual ranks fit in one process)
-    rank_type = numpy.min_scalar_type(max(topology.size - 1, 0))
+    rank_type = numpy.min_scalar_type(topology.size - 1)
     M: dict = {}
     labels_to: dict = {}         # alltoall family: n -> {rank sending to n: its edge labels}
 
