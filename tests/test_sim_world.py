@@ -66,6 +66,24 @@ def test_receive_gets_a_copy_and_counts_pickle_bytes():
     assert world.counters[1].messages == 0
 
 
+def test_one_payload_to_many_peers_gives_each_its_own_copy():
+    """Equal payloads share their bytes in flight; every receiver still unpickles its own object."""
+    def fn(comm):
+        if comm.rank == 0:
+            rows = [1, 2, 3]
+            for peer in (1, 2, 3):
+                comm.isend(rows, peer, 4).wait()
+            return None
+        got = comm.recv(source=0, tag=4)
+        got.append(comm.rank)  # must not show at the other receivers
+        return got
+    world = World(4)
+    results = world.run(fn)
+    assert results[1:] == [[1, 2, 3, 1], [1, 2, 3, 2], [1, 2, 3, 3]]
+    assert world.counters[0].messages == 3
+    assert world.counters[0].bytes == 3 * len(pickle.dumps([1, 2, 3], pickle.HIGHEST_PROTOCOL))
+
+
 def test_probe_iprobe_sendrecv_and_proc_null():
     def fn(comm):
         n, r = comm.size, comm.rank
