@@ -38,7 +38,7 @@ from .topology import cartesian as cartesian_topology
 STEP_SPAN = 1024
 #: Channels cycled by nonblocking calls (1..NONBLOCKING_CHANNELS); persistent ones follow.
 NONBLOCKING_CHANNELS = 64
-#: Bound schedules kept per communicator for repeated blocking/nonblocking calls.
+#: Bound schedules (and executors of blocking calls) kept per communicator for repeated calls.
 CACHE_SIZE = 32
 
 _PARSERS = {
@@ -61,7 +61,8 @@ class SharedState:
         self.patterns: dict = {}
         self.build_seconds: dict = {}
         self.size_pass: dict = {}
-        self.executors: OrderedDict = OrderedDict()
+        self.executors: OrderedDict = OrderedDict()  # blocking calls: ready persistent requests
+        self.schedules: OrderedDict = OrderedDict()  # nonblocking calls: bound schedules (tags differ per call)
         self.nonblocking_calls = 0
         self.persistent_calls = 0
         self.schedules_bound = 0  # bind() calls for collective calls (read by the benchmark)
@@ -80,31 +81,40 @@ class SharedState:
 
     # -- cache ----------------------------------------------------------------
     def cached_executor(self, key):
-        """A cached, inactive executor for ``key`` (or None)."""
+        """A cached executor of a blocking call for ``key`` (or None)."""
         executor = self.executors.get(key)
-        if executor is None or executor.active:
-            return None
-        self.executors.move_to_end(key)
+        if executor is not None:
+            self.executors.move_to_end(key)
         return executor
 
+    def cached_schedule(self, key):
+        """A cached bound Schedule for ``key`` (or None)."""
+        schedule = self.schedules.get(key)
+        if schedule is not None:
+            self.schedules.move_to_end(key)
+        return schedule
+
+    def remember_schedule(self, key, schedule) -> None:
+        """Cache a bound Schedule, evicting the least recently used one when full."""
+        self.schedules[key] = schedule
+        while len(self.schedules) > CACHE_SIZE:
+            self.schedules.popitem(last=False)
+
     def remember(self, key, executor) -> None:
-        """Cache an executor, evicting the least recently used inactive one when full."""
+        """Cache an executor of a blocking call, freeing the least recently used one when full.
+
+        Blocking calls run their executor to completion, so a cached one is never active.
+        """
         self.executors[key] = executor
         while len(self.executors) > CACHE_SIZE:
-            for old_key, old in self.executors.items():
-                if not old.active and old_key != key:
-                    del self.executors[old_key]
-                    old.free()
-                    break
-            else:
-                break
+            self.executors.popitem(last=False)[1].free()
 
     def free(self) -> None:
         """Release cached schedules and the private communicator."""
         for executor in self.executors.values():
-            if not executor.active:
-                executor.free()
+            executor.free()
         self.executors.clear()
+        self.schedules.clear()
         self.patterns.clear()
         if self.private != MPI.COMM_NULL:
             self.private.Free()
@@ -273,35 +283,43 @@ class NeighborhoodMixin:
         finally:
             executor.free()
 
-    def _cached_executor(self, collective: str, send, recv, channel: int):
-        """An executor for the call and the function that releases it after the call (or None)."""
-        if self._sc_rebind:  # non-persistent mode: bind on every call
-            return self._executor(collective, send, recv, channel), Executor.free
+    def _cache_key(self, collective: str, send, recv) -> tuple:
+        return collective, self.resolved_algorithm(collective), send.key(), recv.key()
+
+    def _cached_schedule(self, collective: str, send, recv, key):
+        """The bound Schedule of the call, from the cache or bound now (and cached)."""
         state = self._sc_state
-        key = (collective, self.resolved_algorithm(collective), send.key(), recv.key(), channel)
-        executor = state.cached_executor(key)
-        if executor is None:
-            executor = self._executor(collective, send, recv, channel)
-            if key not in state.executors:
-                state.remember(key, executor)
-                return executor, None
-            return executor, Executor.free  # the cached one is busy: use a private one
-        return executor, None
+        schedule = state.cached_schedule(key)
+        if schedule is None:
+            schedule = self._bind(collective, send, recv)
+            state.remember_schedule(key, schedule)
+        return schedule
 
     def _blocking(self, collective: str, sendbuf, recvbuf) -> None:
         send, recv = self._parse(collective, sendbuf, recvbuf)
-        executor, release = self._cached_executor(collective, send, recv, 0)
+        if self._sc_rebind:  # non-persistent mode: bind on every call
+            executor = self._executor(collective, send, recv, 0)
+            executor.run()
+            executor.free()
+            return
+        state = self._sc_state
+        key = self._cache_key(collective, send, recv)
+        executor = state.cached_executor(key)
+        if executor is None:
+            executor = Executor(state.private, self._cached_schedule(collective, send, recv, key), 0)
+            state.remember(key, executor)
         executor.run()
-        if release is not None:
-            release(executor)
 
     def _nonblocking(self, collective: str, sendbuf, recvbuf) -> ScheduleRequest:
         send, recv = self._parse(collective, sendbuf, recvbuf)
-        channel = self._sc_state.next_channel(persistent=False)
-        executor, release = self._cached_executor(collective, send, recv, channel)
-        executor.active = True
-        request = ScheduleRequest(executor, persistent=False,
-                                  release=release or _deactivate)
+        state = self._sc_state
+        channel = state.next_channel(persistent=False)
+        # the call's tags are its own (channels cycle), so its requests are new; the bound
+        # schedule of the same buffers is reused (non-persistent mode: bound per call). Two
+        # outstanding calls share one only if they share the receive buffer, which MPI forbids.
+        schedule = (self._bind(collective, send, recv) if self._sc_rebind else
+                    self._cached_schedule(collective, send, recv, self._cache_key(collective, send, recv)))
+        request = ScheduleRequest(Executor(state.private, schedule, channel * STEP_SPAN), persistent=False)
         request.Start()
         return request
 
@@ -428,10 +446,6 @@ del _collective, _kind, _method
 def _displacements(sizes: numpy.ndarray) -> numpy.ndarray:
     """Contiguous displacements of blocks of the given sizes."""
     return (numpy.cumsum(sizes) - sizes).astype(numpy.int64)
-
-
-def _deactivate(executor) -> None:
-    executor.active = False
 
 
 class Cartcomm(NeighborhoodMixin, MPI.Cartcomm):

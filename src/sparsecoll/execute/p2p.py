@@ -36,13 +36,12 @@ def message_datatype(pieces) -> MPI.Datatype:
 class Executor:
     """Persistent requests for every step of one bound Schedule on one communicator."""
 
-    __slots__ = ("steps", "_datatypes", "_schedule", "active")
+    __slots__ = ("steps", "_datatypes", "_schedule")
 
     def __init__(self, comm: MPI.Comm, schedule: Schedule, tag_base: int):
         self._schedule = schedule  # keeps temporary space and user buffers alive
         self._datatypes = []
         self.steps = []
-        self.active = False
         for s, (sends, recvs) in enumerate(schedule.steps):
             requests = [comm.Recv_init(self._buffer(m.pieces), m.peer, tag_base + s) for m in recvs]
             requests += [comm.Send_init(self._buffer(m.pieces), m.peer, tag_base + s) for m in sends]
@@ -79,7 +78,7 @@ class Executor:
             _Waitall(requests)
 
     def free(self) -> None:
-        """Release requests and datatypes (the executor must not be active)."""
+        """Release requests and datatypes (no step of the executor may be in flight)."""
         for requests in self.steps:
             for request in requests:
                 request.Free()
