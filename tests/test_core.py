@@ -253,3 +253,33 @@ def test_dlpack_buffers_infer_their_datatype():
     array = numpy.zeros(6, dtype="f8")
     blocks = parse_simple(_DLPackOnly(array), 3, readonly=False, arg="recvbuf")
     assert blocks.types[0] == MPI.DOUBLE and blocks.counts == (2, 2, 2) and blocks.address == array.ctypes.data
+
+
+def test_repeated_calls_on_the_same_arrays_parse_once_and_notice_changes(monkeypatch):
+    """Plain numpy arguments are parsed once; an in-place dtype change or a read-only
+    receive array is parsed (and checked) again."""
+    import sparsecoll
+    import sparsecoll.comm
+    parses = []
+    real = sparsecoll.comm.parse_simple
+    monkeypatch.setattr(sparsecoll.comm, "_PARSERS", {
+        name: (lambda *a, **k: parses.append(1) or real(*a, **k), per_edge, recv)
+        for name, (_, per_edge, recv) in sparsecoll.comm._PARSERS.items()})
+    graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0, 0], [0, 0])
+    try:
+        comm = sparsecoll.wrap(graph, "direct")
+        send, recv = numpy.array([7], dtype="i4"), numpy.zeros(2, dtype="i4")
+        for _ in range(3):
+            comm.Neighbor_allgather(send, recv)
+            comm.Ineighbor_allgather(send, recv).Wait()
+        assert len(parses) == 1 and recv.tolist() == [7, 7]
+        recv.dtype = "u2"  # same memory, two blocks of two 2-byte entries now: parsed again
+        recv[:] = 0
+        send2 = numpy.array([5], dtype="u2")
+        comm.Neighbor_allgather(send2, recv)
+        assert len(parses) == 2 and recv.tolist() == [5, 0, 5, 0]
+        recv.flags.writeable = False
+        with pytest.raises(TypeError, match="recvbuf: buffer is read-only"):
+            comm.Neighbor_allgather(send2, recv)
+    finally:
+        graph.Free()

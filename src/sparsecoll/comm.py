@@ -63,6 +63,7 @@ class SharedState:
         self.size_pass: dict = {}
         self.executors: OrderedDict = OrderedDict()  # blocking calls: ready persistent requests
         self.schedules: OrderedDict = OrderedDict()  # nonblocking calls: bound schedules (tags differ per call)
+        self.parsed: OrderedDict = OrderedDict()  # plain-array arguments -> parsed Blocks and their key
         self.nonblocking_calls = 0
         self.persistent_calls = 0
         self.schedules_bound = 0  # bind() calls for collective calls (read by the benchmark)
@@ -115,6 +116,7 @@ class SharedState:
             executor.free()
         self.executors.clear()
         self.schedules.clear()
+        self.parsed.clear()
         self.patterns.clear()
         if self.private != MPI.COMM_NULL:
             self.private.Free()
@@ -225,12 +227,37 @@ class NeighborhoodMixin:
                                                        self._sc_options)
         return result
 
-    def _parse(self, collective: str, sendbuf, recvbuf):
+    def _parse_uncached(self, collective: str, sendbuf, recvbuf):
+        """``(send Blocks, recv Blocks)``: the buffer arguments checked and parsed."""
         topology = self._sc_state.topology
         send_parser, per_edge, recv_parser = _PARSERS[collective]
         send = send_parser(sendbuf, topology.outdegree if per_edge else 1, readonly=True, arg="sendbuf")
         recv = recv_parser(recvbuf, topology.indegree, readonly=False, arg="recvbuf")
         return send, recv
+
+    def _parse(self, collective: str, sendbuf, recvbuf):
+        """``(send Blocks, recv Blocks, key of both)``: the buffer arguments checked and parsed.
+
+        Parsing costs several times the MPI call itself, so when both arguments are plain
+        numpy arrays (the common case of repeated calls) the result is kept: the arrays'
+        identity, dtype, shape, strides and writability pin what parsing gives, and the
+        kept Blocks hold the arrays, so their identities are not reused while kept.
+        """
+        state = self._sc_state
+        signature = _array_signature(sendbuf, recvbuf)
+        if signature is not None:
+            signature = (collective, *signature)
+            parsed = state.parsed.get(signature)
+            if parsed is not None:
+                state.parsed.move_to_end(signature)
+                return parsed
+        send, recv = self._parse_uncached(collective, sendbuf, recvbuf)
+        parsed = send, recv, (send.key(), recv.key())
+        if signature is not None:
+            state.parsed[signature] = parsed
+            while len(state.parsed) > CACHE_SIZE:
+                state.parsed.popitem(last=False)
+        return parsed
 
     @property
     def schedules_bound(self) -> int:
@@ -283,9 +310,6 @@ class NeighborhoodMixin:
         finally:
             executor.free()
 
-    def _cache_key(self, collective: str, send, recv) -> tuple:
-        return collective, self.resolved_algorithm(collective), send.key(), recv.key()
-
     def _cached_schedule(self, collective: str, send, recv, key):
         """The bound Schedule of the call, from the cache or bound now (and cached)."""
         state = self._sc_state
@@ -296,14 +320,14 @@ class NeighborhoodMixin:
         return schedule
 
     def _blocking(self, collective: str, sendbuf, recvbuf) -> None:
-        send, recv = self._parse(collective, sendbuf, recvbuf)
+        send, recv, buffers = self._parse(collective, sendbuf, recvbuf)
         if self._sc_rebind:  # non-persistent mode: bind on every call
             executor = self._executor(collective, send, recv, 0)
             executor.run()
             executor.free()
             return
         state = self._sc_state
-        key = self._cache_key(collective, send, recv)
+        key = (collective, self.resolved_algorithm(collective), buffers)
         executor = state.cached_executor(key)
         if executor is None:
             executor = Executor(state.private, self._cached_schedule(collective, send, recv, key), 0)
@@ -311,20 +335,21 @@ class NeighborhoodMixin:
         executor.run()
 
     def _nonblocking(self, collective: str, sendbuf, recvbuf) -> ScheduleRequest:
-        send, recv = self._parse(collective, sendbuf, recvbuf)
+        send, recv, buffers = self._parse(collective, sendbuf, recvbuf)
         state = self._sc_state
         channel = state.next_channel(persistent=False)
         # the call's tags are its own (channels cycle), so its requests are new; the bound
         # schedule of the same buffers is reused (non-persistent mode: bound per call). Two
         # outstanding calls share one only if they share the receive buffer, which MPI forbids.
         schedule = (self._bind(collective, send, recv) if self._sc_rebind else
-                    self._cached_schedule(collective, send, recv, self._cache_key(collective, send, recv)))
+                    self._cached_schedule(collective, send, recv,
+                                          (collective, self.resolved_algorithm(collective), buffers)))
         request = ScheduleRequest(Executor(state.private, schedule, channel * STEP_SPAN), persistent=False)
         request.Start()
         return request
 
     def _persistent(self, collective: str, sendbuf, recvbuf) -> ScheduleRequest:
-        send, recv = self._parse(collective, sendbuf, recvbuf)
+        send, recv, _ = self._parse(collective, sendbuf, recvbuf)
         channel = self._sc_state.next_channel(persistent=True)
         executor = self._executor(collective, send, recv, channel)
         return ScheduleRequest(executor, persistent=True)
@@ -383,7 +408,7 @@ class NeighborhoodMixin:
 
     def _uncached(self, collective: str, sendbuf, recvbuf) -> None:
         """A blocking call whose buffers are temporary: bind, run, free."""
-        send, recv = self._parse(collective, sendbuf, recvbuf)
+        send, recv, _ = self._parse(collective, sendbuf, recvbuf)
         executor = self._executor(collective, send, recv, 0)
         try:
             executor.run()
@@ -441,6 +466,14 @@ for _collective in _SUMMARIES:
         _method = _collective_method(_collective, _kind)
         setattr(NeighborhoodMixin, _method.__name__, _method)
 del _collective, _kind, _method
+
+
+def _array_signature(sendbuf, recvbuf):
+    """What pins the parse of two plain numpy array arguments, or None for any other spec."""
+    if type(sendbuf) is not numpy.ndarray or type(recvbuf) is not numpy.ndarray:
+        return None
+    return (id(sendbuf), sendbuf.dtype, sendbuf.shape, sendbuf.strides,
+            id(recvbuf), recvbuf.dtype, recvbuf.shape, recvbuf.strides, recvbuf.flags.writeable)
 
 
 def _displacements(sizes: numpy.ndarray) -> numpy.ndarray:
