@@ -281,5 +281,18 @@ def test_repeated_calls_on_the_same_arrays_parse_once_and_notice_changes(monkeyp
         recv.flags.writeable = False
         with pytest.raises(TypeError, match="recvbuf: buffer is read-only"):
             comm.Neighbor_allgather(send2, recv)
+        # list specs with counts and predefined datatypes are kept by value: a displacement
+        # list changed in place is parsed (and checked) again
+        out = numpy.full(4, -1, dtype="i4")
+        displs = [0, 2]
+        for _ in range(2):
+            comm.Neighbor_allgatherv([send, 1, MPI.INT32_T], [out, ([1, 1], displs), MPI.INT32_T])
+        assert len(parses) == 4 and out.tolist() == [7, -1, 7, -1]  # (the read-only call parsed too)
+        displs[1] = 3
+        comm.Neighbor_allgatherv([send, 1, MPI.INT32_T], [out, ([1, 1], displs), MPI.INT32_T])
+        assert len(parses) == 5 and out.tolist() == [7, -1, 7, 7]
+        displs[1] = 4
+        with pytest.raises(ValueError, match="recvbuf"):
+            comm.Neighbor_allgatherv([send, 1, MPI.INT32_T], [out, ([1, 1], displs), MPI.INT32_T])
     finally:
         graph.Free()

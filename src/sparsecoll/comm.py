@@ -238,13 +238,12 @@ class NeighborhoodMixin:
     def _parse(self, collective: str, sendbuf, recvbuf):
         """``(send Blocks, recv Blocks, key of both)``: the buffer arguments checked and parsed.
 
-        Parsing costs several times the MPI call itself, so when both arguments are plain
-        numpy arrays (the common case of repeated calls) the result is kept: the arrays'
-        identity, dtype, shape, strides and writability pin what parsing gives, and the
-        kept Blocks hold the arrays, so their identities are not reused while kept.
+        Parsing costs several times the MPI call itself, so where both arguments have a
+        cheap signature (:func:`_call_signature`: numpy arrays, alone or in a list spec with
+        counts and predefined datatypes) the result is kept for the next call.
         """
         state = self._sc_state
-        signature = _array_signature(sendbuf, recvbuf)
+        signature = _call_signature(sendbuf, recvbuf)
         if signature is not None:
             signature = (collective, *signature)
             parsed = state.parsed.get(signature)
@@ -468,12 +467,34 @@ for _collective in _SUMMARIES:
 del _collective, _kind, _method
 
 
-def _array_signature(sendbuf, recvbuf):
-    """What pins the parse of two plain numpy array arguments, or None for any other spec."""
-    if type(sendbuf) is not numpy.ndarray or type(recvbuf) is not numpy.ndarray:
-        return None
-    return (id(sendbuf), sendbuf.dtype, sendbuf.shape, sendbuf.strides,
-            id(recvbuf), recvbuf.dtype, recvbuf.shape, recvbuf.strides, recvbuf.flags.writeable)
+def _call_signature(sendbuf, recvbuf):
+    """What pins the parse of two buffer arguments, or None where nothing cheap does.
+
+    Covered: plain numpy arrays (by identity, dtype, shape, strides and writability; the
+    parsed Blocks keep the arrays alive, so an identity is not reused while it is kept),
+    and lists or tuples of such arrays with ints, ``None``, predefined datatypes and
+    (nested) lists of ints, by value. Anything else (other buffer objects, derived
+    datatypes) is parsed on every call.
+    """
+    signature = (_spec_signature(sendbuf, 0), _spec_signature(recvbuf, 0))
+    return None if _UNPINNED in signature else signature
+
+
+_UNPINNED = object()  # a spec part without a cheap signature
+
+
+def _spec_signature(spec, depth: int):
+    kind = type(spec)
+    if kind is numpy.ndarray:
+        return (id(spec), spec.dtype, spec.shape, spec.strides, spec.flags.writeable)
+    if kind is int or spec is None:
+        return spec
+    if isinstance(spec, MPI.Datatype):
+        return ("datatype", spec.py2f()) if spec.is_predefined else _UNPINNED
+    if (kind is list or kind is tuple) and depth < 3:
+        parts = tuple(_spec_signature(part, depth + 1) for part in spec)
+        return _UNPINNED if _UNPINNED in parts else (kind, parts)
+    return _UNPINNED
 
 
 def _displacements(sizes: numpy.ndarray) -> numpy.ndarray:
