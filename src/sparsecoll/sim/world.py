@@ -318,9 +318,7 @@ class Request:
         if not self.observed:
             self.observed = True
             if msg is not None:
-                counters = self.comm._state.counters
-                counters.depth = max(counters.depth, msg.stamp)
-                self.value = pickle.loads(msg.data)
+                self.value = _unpack(self.comm._state.counters, msg)
                 self.message = None
                 self.source, self.tag = msg.source, msg.tag
             elif self.slot is not None:
@@ -379,6 +377,13 @@ class Request:
             return _Waiting(f"issend to rank {self.source} (tag {self.tag}) on comm {self.comm._ctx.cid} "
                             "not yet matched", frozenset([self.source]))
         return self.comm._slot_waiting(self.slot)
+
+
+def _unpack(counters: Counters, msg: _Message):
+    """The object of a received message; the receiver's clock moves past the send."""
+    if msg.stamp > counters.depth:
+        counters.depth = msg.stamp
+    return pickle.loads(msg.data)
 
 
 #: What ``isend`` returns: sends are eager, so every one is complete when posted.
@@ -519,9 +524,8 @@ class VirtualComm:
 
     # -- point to point --------------------------------------------------------------
     def _post_send(self, obj, dest: int, tag: int, sync: Optional[Request]) -> None:
-        if not (type(dest) is int and 0 <= dest < self._world.size and type(tag) is int and 0 <= tag <= TAG_UB):
-            self._check_peer(dest, "dest", False)  # the slow path raises or lets PROC_NULL through
-            self._check_tag(tag, False)
+        self._check_peer(dest, "dest", False)
+        self._check_tag(tag, False)
         if dest == PROC_NULL:
             if sync is not None:
                 sync.complete = True
@@ -545,9 +549,7 @@ class VirtualComm:
             self._world._deliver(req, msg)
             return
         mailbox.add_unexpected(msg)
-        waiting = self._world._ranks[dest]
-        if waiting.waiting is not None and not waiting.queued:
-            self._world._notify(dest)
+        self._world._notify(dest)
 
     def send(self, obj, dest: int, tag: int = 0) -> None:
         """Eager standard-mode send of a Python object."""
@@ -587,21 +589,16 @@ class VirtualComm:
 
     def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None):
         """Blocking receive of a Python object."""
-        if type(source) is int and 0 <= source < self._world.size and type(tag) is int and 0 <= tag <= TAG_UB:
+        if type(source) is int and source >= 0 and type(tag) is int and tag >= 0:
             # fast path of a receive naming both, when its message has arrived: no request
+            # (a message exists only for a valid envelope; otherwise irecv checks and raises)
             msg = self._ctx.mailboxes[self._rank].find(source, tag, True)
             if msg is not None:
-                self._world._polls = 0
-                if msg.sync is not None:
-                    msg.sync.complete = True
-                    self._world._notify(msg.sync.comm._rank)
-                counters = self._state.counters
-                if msg.stamp > counters.depth:
-                    counters.depth = msg.stamp
+                self._world._matched(msg)
                 if status is not None:
                     status.Set_source(msg.source)
                     status.Set_tag(msg.tag)
-                return pickle.loads(msg.data)
+                return _unpack(self._state.counters, msg)
         return self.irecv(buf, source, tag).wait(status)
 
     def sendrecv(self, sendobj, dest: int, sendtag: int = 0, recvbuf=None,
@@ -845,13 +842,17 @@ class World:
             self._ready.append(rank)
 
     def _deliver(self, req: Request, msg: _Message) -> None:
-        self._polls = 0
+        self._matched(msg)
         req.message = msg
         req.complete = True
+        self._notify(req.comm._rank)
+
+    def _matched(self, msg: _Message) -> None:
+        """A receive took ``msg``: progress was made, and an issend of it completes."""
+        self._polls = 0
         if msg.sync is not None:
             msg.sync.complete = True
             self._notify(msg.sync.comm._rank)
-        self._notify(req.comm._rank)
 
     def _switch_to(self, state: _RankState, *args):
         try:
