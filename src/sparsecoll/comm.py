@@ -52,6 +52,29 @@ _PARSERS = {
 }
 
 
+class _Recent(OrderedDict):
+    """A mapping that keeps the CACHE_SIZE most recently used entries."""
+
+    def __init__(self, evict=None):
+        super().__init__()
+        self._evict = evict  # called with each value pushed out
+
+    def recall(self, key):
+        """The value for ``key`` (or None), marked as just used."""
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def keep(self, key, value) -> None:
+        """Store ``value``, pushing out the least recently used entries beyond CACHE_SIZE."""
+        self[key] = value
+        while len(self) > CACHE_SIZE:
+            old = self.popitem(last=False)[1]
+            if self._evict is not None:
+                self._evict(old)
+
+
 class SharedState:
     """What sparsecoll keeps per communicator handle (shared by all its wrappers)."""
 
@@ -61,9 +84,10 @@ class SharedState:
         self.patterns: dict = {}
         self.build_seconds: dict = {}
         self.size_pass: dict = {}
-        self.executors: OrderedDict = OrderedDict()  # blocking calls: ready persistent requests
-        self.schedules: OrderedDict = OrderedDict()  # nonblocking calls: bound schedules (tags differ per call)
-        self.parsed: OrderedDict = OrderedDict()  # plain-array arguments -> parsed Blocks and their key
+        # blocking calls run their executor to completion, so a cached one is never active
+        self.executors = _Recent(evict=Executor.free)  # call key -> ready persistent requests
+        self.schedules = _Recent()  # call key -> bound Schedule (nonblocking calls: own tags, new requests)
+        self.parsed = _Recent()  # signature of the buffer arguments -> parsed Blocks and their key
         self.nonblocking_calls = 0
         self.persistent_calls = 0
         self.schedules_bound = 0  # bind() calls for collective calls (read by the benchmark)
@@ -80,40 +104,10 @@ class SharedState:
         room = max(self.channels - 1 - NONBLOCKING_CHANNELS, 1)
         return 1 + NONBLOCKING_CHANNELS + (self.persistent_calls - 1) % room
 
-    # -- cache ----------------------------------------------------------------
-    def cached_executor(self, key):
-        """A cached executor of a blocking call for ``key`` (or None)."""
-        executor = self.executors.get(key)
-        if executor is not None:
-            self.executors.move_to_end(key)
-        return executor
-
-    def cached_schedule(self, key):
-        """A cached bound Schedule for ``key`` (or None)."""
-        schedule = self.schedules.get(key)
-        if schedule is not None:
-            self.schedules.move_to_end(key)
-        return schedule
-
-    def remember_schedule(self, key, schedule) -> None:
-        """Cache a bound Schedule, evicting the least recently used one when full."""
-        self.schedules[key] = schedule
-        while len(self.schedules) > CACHE_SIZE:
-            self.schedules.popitem(last=False)
-
-    def remember(self, key, executor) -> None:
-        """Cache an executor of a blocking call, freeing the least recently used one when full.
-
-        Blocking calls run their executor to completion, so a cached one is never active.
-        """
-        self.executors[key] = executor
-        while len(self.executors) > CACHE_SIZE:
-            self.executors.popitem(last=False)[1].free()
-
     def free(self) -> None:
         """Release cached schedules and the private communicator."""
         for executor in self.executors.values():
-            executor.free()
+            executor.free()  # (blocking calls: none in flight)
         self.executors.clear()
         self.schedules.clear()
         self.parsed.clear()
@@ -246,16 +240,13 @@ class NeighborhoodMixin:
         signature = _call_signature(sendbuf, recvbuf)
         if signature is not None:
             signature = (collective, *signature)
-            parsed = state.parsed.get(signature)
+            parsed = state.parsed.recall(signature)
             if parsed is not None:
-                state.parsed.move_to_end(signature)
                 return parsed
         send, recv = self._parse_uncached(collective, sendbuf, recvbuf)
         parsed = send, recv, (send.key(), recv.key())
         if signature is not None:
-            state.parsed[signature] = parsed
-            while len(state.parsed) > CACHE_SIZE:
-                state.parsed.popitem(last=False)
+            state.parsed.keep(signature, parsed)
         return parsed
 
     @property
@@ -311,26 +302,28 @@ class NeighborhoodMixin:
 
     def _cached_schedule(self, collective: str, send, recv, key):
         """The bound Schedule of the call, from the cache or bound now (and cached)."""
-        state = self._sc_state
-        schedule = state.cached_schedule(key)
+        schedules = self._sc_state.schedules
+        schedule = schedules.recall(key)
         if schedule is None:
             schedule = self._bind(collective, send, recv)
-            state.remember_schedule(key, schedule)
+            schedules.keep(key, schedule)
         return schedule
+
+    def _call_key(self, collective: str, buffers) -> tuple:
+        """What decides a call's schedule: collective, resolved algorithm, buffer layout."""
+        return collective, self.resolved_algorithm(collective), buffers
 
     def _blocking(self, collective: str, sendbuf, recvbuf) -> None:
         send, recv, buffers = self._parse(collective, sendbuf, recvbuf)
         if self._sc_rebind:  # non-persistent mode: bind on every call
-            executor = self._executor(collective, send, recv, 0)
-            executor.run()
-            executor.free()
+            self._run_once(collective, send, recv)
             return
         state = self._sc_state
-        key = (collective, self.resolved_algorithm(collective), buffers)
-        executor = state.cached_executor(key)
+        key = self._call_key(collective, buffers)
+        executor = state.executors.recall(key)
         if executor is None:
             executor = Executor(state.private, self._cached_schedule(collective, send, recv, key), 0)
-            state.remember(key, executor)
+            state.executors.keep(key, executor)
         executor.run()
 
     def _nonblocking(self, collective: str, sendbuf, recvbuf) -> ScheduleRequest:
@@ -341,8 +334,7 @@ class NeighborhoodMixin:
         # schedule of the same buffers is reused (non-persistent mode: bound per call). Two
         # outstanding calls share one only if they share the receive buffer, which MPI forbids.
         schedule = (self._bind(collective, send, recv) if self._sc_rebind else
-                    self._cached_schedule(collective, send, recv,
-                                          (collective, self.resolved_algorithm(collective), buffers)))
+                    self._cached_schedule(collective, send, recv, self._call_key(collective, buffers)))
         request = ScheduleRequest(Executor(state.private, schedule, channel * STEP_SPAN), persistent=False)
         request.Start()
         return request
@@ -407,7 +399,11 @@ class NeighborhoodMixin:
 
     def _uncached(self, collective: str, sendbuf, recvbuf) -> None:
         """A blocking call whose buffers are temporary: bind, run, free."""
-        send, recv, _ = self._parse(collective, sendbuf, recvbuf)
+        send, recv, _ = self._parse_uncached(collective, sendbuf, recvbuf)
+        self._run_once(collective, send, recv)
+
+    def _run_once(self, collective: str, send, recv) -> None:
+        """Bind, run and free a blocking call's executor (nothing cached)."""
         executor = self._executor(collective, send, recv, 0)
         try:
             executor.run()
