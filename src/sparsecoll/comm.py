@@ -399,7 +399,7 @@ class NeighborhoodMixin:
 
     def _uncached(self, collective: str, sendbuf, recvbuf) -> None:
         """A blocking call whose buffers are temporary: bind, run, free."""
-        send, recv, _ = self._parse_uncached(collective, sendbuf, recvbuf)
+        send, recv = self._parse_uncached(collective, sendbuf, recvbuf)
         self._run_once(collective, send, recv)
 
     def _run_once(self, collective: str, send, recv) -> None:
