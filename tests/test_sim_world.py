@@ -27,6 +27,53 @@ def test_non_overtaking_with_wildcards():
     assert results[1] == (("a", 3), [("a", 1), ("a", 2), ("a", 2)])
 
 
+def test_envelope_index_keeps_arrival_order_for_every_kind_of_receive():
+    """Receives naming source and tag (envelope index) and wildcard ones (arrival list) mix."""
+    arrivals = [(1, 7), (2, 7), (1, 8), (1, 7), (2, 7), (1, 7), (2, 8)]  # (source, tag)
+
+    def fn(comm):
+        if comm.rank == 0:
+            comm.barrier()  # every message has arrived
+            got = [comm.recv(source=1, tag=7), comm.recv(source=2, tag=7),
+                   comm.recv(source=MPI.ANY_SOURCE, tag=7)]
+            status = MPI.Status()
+            probed = comm.iprobe(source=1, tag=MPI.ANY_TAG, status=status)
+            got.append(comm.recv(source=1, tag=MPI.ANY_TAG))
+            got += [comm.recv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG) for _ in range(3)]
+            return probed, status.Get_tag(), got
+        other = 3 - comm.rank
+        for i, (source, tag) in enumerate(arrivals):  # a token orders the two senders' sends
+            if source != comm.rank:
+                continue
+            if i > 0 and arrivals[i - 1][0] != comm.rank:
+                comm.recv(source=other, tag=99)
+            comm.send((source, tag, i), 0, tag)
+            if i + 1 < len(arrivals) and arrivals[i + 1][0] != comm.rank:
+                comm.send("token", other, 99)
+        comm.barrier()
+    probed, tag, got = World(3).run(fn)[0]
+    assert probed and tag == 8
+    assert got == [(1, 7, 0), (2, 7, 1), (1, 7, 3), (1, 8, 2), (2, 7, 4), (1, 7, 5), (2, 8, 6)]
+
+
+def test_repeated_sends_of_one_object_carry_its_contents_at_each_send():
+    """A list changed between two sends arrives changed; an immutable object is pickled once."""
+    def fn(comm):
+        if comm.rank == 0:
+            rows = [1]
+            comm.send(rows, 1, 0)
+            rows.append(2)
+            comm.send(rows, 1, 0)
+            choice = (3, None)
+            for _ in range(2):
+                comm.send(choice, 1, 1)
+            return None
+        return [comm.recv(source=0, tag=0) for _ in range(2)] + [comm.recv(source=0, tag=1) for _ in range(2)]
+    world = World(2)
+    assert world.run(fn)[1] == [[1], [1, 2], (3, None), (3, None)]
+    assert world.counters[0].messages == 4
+
+
 def test_any_source_status_and_posted_order():
     def fn(comm):
         if comm.rank == 0:

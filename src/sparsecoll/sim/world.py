@@ -102,7 +102,7 @@ class Counters:
 class _Message:
     """A message in flight: envelope, pickled payload, sender's clock + 1, issend request."""
 
-    __slots__ = ("source", "tag", "data", "stamp", "sync")
+    __slots__ = ("source", "tag", "data", "stamp", "sync", "taken")
 
     def __init__(self, source: int, tag: int, data: bytes, stamp: int, sync: Optional["Request"] = None):
         self.source = source
@@ -110,6 +110,7 @@ class _Message:
         self.data = data
         self.stamp = stamp
         self.sync = sync
+        self.taken = False  # received through the mailbox's envelope index
 
 
 @dataclass
@@ -151,65 +152,83 @@ _POLLING = _Waiting("a polling loop (test/iprobe)", None)
 
 
 def _envelope(source: int, tag: int) -> int:
-    """One int for ``(source, tag)``, so that ``list.index`` finds a message at C speed."""
+    """One int for ``(source, tag)``: the key of the mailbox's envelope index."""
     return (tag << 32) | source
 
 
 class _Mailbox:
     """One rank's matching state on one communicator (MPI-4.1 §3.5 ordering).
 
-    ``unexpected`` holds arrived, unmatched messages in arrival order, and ``envelopes``
-    their :func:`_envelope` values in the same order: a receive naming source and tag finds
-    its message with ``list.index`` (common_neighbor's Algorithm 2 receives from thousands
-    of friends in rank order while their messages arrive in the order the ranks ran); the
-    wildcard receives scan the messages. ``posted`` holds the pending receives in posting
-    order as ``(source, tag, request)``. A receive takes the first matching unexpected
-    message and an arriving message the first matching posted receive, so messages between
-    one pair never overtake each other.
+    Arrived, unmatched messages are indexed twice. ``by_envelope`` maps each
+    :func:`_envelope` value to its messages in arrival order (one message alone, several in
+    a list), so a receive naming source and tag finds its message in O(1): common_neighbor's
+    Algorithm 2 receives from thousands of friends in rank order while their messages
+    arrive in the order the ranks ran, which made a scan of one arrival-ordered list the
+    largest cost of its builds at 2160 ranks. ``arrivals`` keeps every message in arrival
+    order for the wildcard receives; a message taken through ``by_envelope`` stays there
+    marked ``taken`` until the list is compacted (when taken ones outnumber the others).
+    ``posted`` holds the pending receives in posting order as ``(source, tag, request)``.
+    A receive takes the first matching arrived message and an arriving message the first
+    matching posted receive, so messages between one pair never overtake each other.
     """
 
-    __slots__ = ("unexpected", "envelopes", "posted")
+    __slots__ = ("by_envelope", "arrivals", "taken", "posted")
 
     def __init__(self):
-        self.unexpected: list = []
-        self.envelopes: list = []
+        self.by_envelope: dict = {}
+        self.arrivals: list = []
+        self.taken = 0           # messages in ``arrivals`` already received
         self.posted: list = []
 
     def add_unexpected(self, msg: _Message) -> None:
         """Queue a message no posted receive matched."""
-        self.unexpected.append(msg)
-        self.envelopes.append(_envelope(msg.source, msg.tag))
+        self.arrivals.append(msg)
+        key = _envelope(msg.source, msg.tag)
+        queued = self.by_envelope.get(key)
+        if queued is None:
+            self.by_envelope[key] = msg
+        elif type(queued) is list:
+            queued.append(msg)
+        else:
+            self.by_envelope[key] = [queued, msg]
 
     def find(self, source: int, tag: int, take: bool) -> Optional[_Message]:
         """The earliest arrived message matching ``(source, tag)``; removed if ``take``."""
-        unexpected = self.unexpected
-        if not unexpected:
-            return None
-        index = None
         if source != ANY_SOURCE and tag != ANY_TAG:
-            try:
-                index = self.envelopes.index(_envelope(source, tag))
-            except ValueError:
+            key = _envelope(source, tag)
+            queued = self.by_envelope.get(key)
+            if queued is None:
                 return None
-        elif source == ANY_SOURCE:
-            if tag == ANY_TAG:
-                index = 0
+            if type(queued) is list:
+                msg = queued[0]
+                if take:
+                    del queued[0]
+                    if len(queued) == 1:
+                        self.by_envelope[key] = queued[0]
             else:
-                for i, msg in enumerate(unexpected):
-                    if msg.tag == tag:
-                        index = i
-                        break
-        else:
-            for i, msg in enumerate(unexpected):
-                if msg.source == source:
-                    index = i
-                    break
-        if index is None:
-            return None
-        if take:
-            del self.envelopes[index]
-            return unexpected.pop(index)
-        return unexpected[index]
+                msg = queued
+                if take:
+                    del self.by_envelope[key]
+            if take:
+                self._mark_taken(msg)
+            return msg
+        for msg in self.arrivals:
+            if msg.taken:
+                continue
+            if (source == ANY_SOURCE or msg.source == source) and (tag == ANY_TAG or msg.tag == tag):
+                if take:
+                    # the earliest matching arrival is the head of its envelope's queue
+                    self.find(msg.source, msg.tag, True)
+                return msg
+        return None
+
+    def _mark_taken(self, msg: _Message) -> None:
+        msg.taken = True
+        self.taken += 1
+        arrivals = self.arrivals
+        if 2 * self.taken > len(arrivals):
+            self.arrivals = [m for m in arrivals if not m.taken]
+            self.taken = 0
 
     def post(self, req: "Request") -> None:
         """Queue a receive no unexpected message matched."""
@@ -226,7 +245,8 @@ class _Mailbox:
 
 
 class _RankState:
-    __slots__ = ("rank", "glet", "waiting", "queued", "done", "result", "counters", "last_payload")
+    __slots__ = ("rank", "glet", "waiting", "queued", "done", "result", "counters", "last_payload",
+                 "last_object", "last_immutable")
 
     def __init__(self, rank: int):
         self.rank = rank
@@ -237,6 +257,8 @@ class _RankState:
         self.result = None
         self.counters = Counters()
         self.last_payload = b""  # the last point-to-point payload sent, shared by equal ones
+        self.last_object = None  # the object it was pickled from
+        self.last_immutable = None  # whether that object is immutable (None: not yet asked)
 
 
 def _dumps(obj) -> bytes:
@@ -379,11 +401,33 @@ class Request:
         return self.comm._slot_waiting(self.slot)
 
 
+#: Unpickled small immutable payloads (choices, states, notifications), by their bytes;
+#: ``_MUTABLE`` marks payloads that must be unpickled for every receiver.
+_SMALL_OBJECTS: dict = {}
+_SMALL_PAYLOAD = 64
+_SMALL_OBJECTS_MAX = 4096
+_MUTABLE, _UNSEEN = object(), object()
+
+
 def _unpack(counters: Counters, msg: _Message):
-    """The object of a received message; the receiver's clock moves past the send."""
+    """The object of a received message; the receiver's clock moves past the send.
+
+    Every receiver gets its own object, except that equal small immutable payloads
+    unpickle once (sharing an immutable object cannot be observed, as with small ints).
+    """
     if msg.stamp > counters.depth:
         counters.depth = msg.stamp
-    return pickle.loads(msg.data)
+    data = msg.data
+    if len(data) > _SMALL_PAYLOAD:
+        return pickle.loads(data)
+    obj = _SMALL_OBJECTS.get(data, _UNSEEN)
+    if obj is _UNSEEN:
+        obj = pickle.loads(data)
+        if len(_SMALL_OBJECTS) >= _SMALL_OBJECTS_MAX:
+            _SMALL_OBJECTS.clear()
+        _SMALL_OBJECTS[data] = obj if _immutable(obj) else _MUTABLE
+        return obj
+    return pickle.loads(data) if obj is _MUTABLE else obj
 
 
 #: What ``isend`` returns: sends are eager, so every one is complete when posted.
@@ -530,26 +574,38 @@ class VirtualComm:
             if sync is not None:
                 sync.complete = True
             return
-        data = _dumps(obj)
         state = self._state
-        if data == state.last_payload:
-            # the same object to many peers (a list to every neighbor): the peers share one
-            # copy of the bytes, as the memory of a large build is mostly messages in flight
+        if obj is state.last_object and state.last_immutable is not False and (
+                state.last_immutable or self._remember_immutable(obj)):
+            # the same immutable object to many peers (a choice to every friend): pickled once
             data = state.last_payload
         else:
-            state.last_payload = data
+            data = _dumps(obj)
+            if obj is not state.last_object:
+                state.last_object, state.last_immutable = obj, None
+            if data == state.last_payload:
+                # equal payloads to many peers: the peers share one copy of the bytes, as
+                # the memory of a large build is mostly messages in flight
+                data = state.last_payload
+            else:
+                state.last_payload = data
         self._world._polls = 0
         counters = state.counters
         counters.messages += 1
         counters.bytes += len(data)
         msg = _Message(self._rank, tag, data, counters.depth + 1, sync)
         mailbox = self._ctx.mailboxes[dest]
-        req = mailbox.match_posted(self._rank, tag)
+        req = mailbox.match_posted(self._rank, tag) if mailbox.posted else None
         if req is not None:
             self._world._deliver(req, msg)
             return
         mailbox.add_unexpected(msg)
         self._world._notify(dest)
+
+    def _remember_immutable(self, obj) -> bool:
+        """Whether ``obj``, sent twice in a row, is immutable (asked once per object)."""
+        self._state.last_immutable = _immutable(obj)
+        return self._state.last_immutable
 
     def send(self, obj, dest: int, tag: int = 0) -> None:
         """Eager standard-mode send of a Python object."""
