@@ -297,6 +297,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
         senders = numpy.array(update, dtype=rank_type)
         return senders[senders != me]
 
+    kept = numpy.ones(topology.size, dtype=bool)  # scratch of an M update: False marks the dropped ranks
     removed: list = []           # in-neighbors dropped since the last M message
     done = False
     info = Counter()
@@ -317,7 +318,10 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
             else:
                 for n, update in messenger.collect(out_active, TAG_M).items():
                     if update:
-                        M[n] = M[n][~numpy.isin(M[n], update)]
+                        dropped = numpy.array(update, dtype=rank_type)
+                        kept[dropped] = False
+                        M[n] = M[n][kept[M[n]]]
+                        kept[dropped] = True
 
             # B. pair, split, notify
             covered = set()
@@ -381,9 +385,9 @@ def _friends(M: dict, out_active, theta: int) -> dict:
     """Friends from ``M``: rank -> number of active out-neighbors shared with it, if >= Θ."""
     if not out_active:
         return {}
-    ranks, counts = numpy.unique(numpy.concatenate([M[n] for n in out_active]), return_counts=True)
-    keep = counts >= theta
-    return dict(zip(ranks[keep].tolist(), counts[keep].tolist()))
+    counts = numpy.bincount(numpy.concatenate([M[n] for n in out_active]))
+    ranks = numpy.flatnonzero(counts >= theta)
+    return dict(zip(ranks.tolist(), counts[ranks].tolist()))
 
 
 def _combine(me, friend, family, out_labels, in_labels, out_active, in_active, M, labels_to, round_, steps,
