@@ -254,8 +254,9 @@ class NeighborhoodMixin:
         """How many call schedules were bound on this handle so far (all its wrappers together)."""
         return self._sc_state.schedules_bound
 
-    def _executor(self, collective: str, send, recv, channel: int):
-        return Executor(self._sc_state.private, self._bind(collective, send, recv), channel * STEP_SPAN)
+    def _executor(self, schedule, channel: int) -> Executor:
+        """Requests for a bound ``schedule`` on the private communicator, with ``channel``'s tags."""
+        return Executor(self._sc_state.private, schedule, channel * STEP_SPAN)
 
     def _bind(self, collective: str, send, recv):
         """The Schedule of one call (Phase 2 of HiPC 2017): the Pattern bound to these buffers."""
@@ -322,27 +323,26 @@ class NeighborhoodMixin:
         key = self._call_key(collective, buffers)
         executor = state.executors.recall(key)
         if executor is None:
-            executor = Executor(state.private, self._cached_schedule(collective, send, recv, key), 0)
+            executor = self._executor(self._cached_schedule(collective, send, recv, key), 0)
             state.executors.keep(key, executor)
         executor.run()
 
     def _nonblocking(self, collective: str, sendbuf, recvbuf) -> ScheduleRequest:
         send, recv, buffers = self._parse(collective, sendbuf, recvbuf)
-        state = self._sc_state
-        channel = state.next_channel(persistent=False)
+        channel = self._sc_state.next_channel(persistent=False)
         # the call's tags are its own (channels cycle), so its requests are new; the bound
         # schedule of the same buffers is reused (non-persistent mode: bound per call). Two
         # outstanding calls share one only if they share the receive buffer, which MPI forbids.
         schedule = (self._bind(collective, send, recv) if self._sc_rebind else
                     self._cached_schedule(collective, send, recv, self._call_key(collective, buffers)))
-        request = ScheduleRequest(Executor(state.private, schedule, channel * STEP_SPAN), persistent=False)
+        request = ScheduleRequest(self._executor(schedule, channel), persistent=False)
         request.Start()
         return request
 
     def _persistent(self, collective: str, sendbuf, recvbuf) -> ScheduleRequest:
         send, recv, _ = self._parse(collective, sendbuf, recvbuf)
         channel = self._sc_state.next_channel(persistent=True)
-        executor = self._executor(collective, send, recv, channel)
+        executor = self._executor(self._bind(collective, send, recv), channel)
         return ScheduleRequest(executor, persistent=True)
 
     def _native(self, method: str, *args):
@@ -404,7 +404,7 @@ class NeighborhoodMixin:
 
     def _run_once(self, collective: str, send, recv) -> None:
         """Bind, run and free a blocking call's executor (nothing cached)."""
-        executor = self._executor(collective, send, recv, 0)
+        executor = self._executor(self._bind(collective, send, recv), 0)
         try:
             executor.run()
         finally:

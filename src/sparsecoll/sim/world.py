@@ -575,14 +575,17 @@ class VirtualComm:
                 sync.complete = True
             return
         state = self._state
-        if obj is state.last_object and state.last_immutable is not False and (
-                state.last_immutable or self._remember_immutable(obj)):
+        if obj is state.last_object:
+            if state.last_immutable is None:  # asked once per object, when it is sent again
+                state.last_immutable = _immutable(obj)
+            same = state.last_immutable
+        else:
+            state.last_object, state.last_immutable, same = obj, None, False
+        if same:
             # the same immutable object to many peers (a choice to every friend): pickled once
             data = state.last_payload
         else:
             data = _dumps(obj)
-            if obj is not state.last_object:
-                state.last_object, state.last_immutable = obj, None
             if data == state.last_payload:
                 # equal payloads to many peers: the peers share one copy of the bytes, as
                 # the memory of a large build is mostly messages in flight
@@ -601,11 +604,6 @@ class VirtualComm:
             return
         mailbox.add_unexpected(msg)
         self._world._notify(dest)
-
-    def _remember_immutable(self, obj) -> bool:
-        """Whether ``obj``, sent twice in a row, is immutable (asked once per object)."""
-        self._state.last_immutable = _immutable(obj)
-        return self._state.last_immutable
 
     def send(self, obj, dest: int, tag: int = 0) -> None:
         """Eager standard-mode send of a Python object."""
