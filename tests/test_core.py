@@ -219,6 +219,14 @@ def test_w_specs_and_datatype_checks():
         parse_w([MPI.BOTTOM, [MPI.INT32_T]], 1, readonly=True, arg="sendbuf")
     with pytest.raises(ValueError, match="needs bytes"):
         parse_w([a, ([4], [24]), [MPI.INT32_T]], 1, readonly=True, arg="sendbuf")
+    with pytest.raises(ValueError, match=r"recvbuf: expected 2 displacements \(one per neighbor\), got 1"):
+        parse_w([a, ([1, 1], [0]), [MPI.INT32_T, MPI.INT32_T]], 2, readonly=False, arg="recvbuf")
+    with pytest.raises(TypeError, match=r"recvbuf: displacements must be integers"):
+        parse_w([a, ([1, 1], [0, 4.0]), [MPI.INT32_T, MPI.INT32_T]], 2, readonly=False, arg="recvbuf")
+    with pytest.raises(ValueError, match=r"sendbuf: expected 2 datatypes \(one per neighbor\), got 3"):
+        parse_w([a, ([1, 1], [0, 4]), [MPI.INT32_T] * 3], 2, readonly=True, arg="sendbuf")
+    with pytest.raises(TypeError, match=r"sendbuf: datatypes must be a sequence of MPI datatypes"):
+        parse_w([a, ([1, 1], [0, 4]), 7], 2, readonly=True, arg="sendbuf")
 
 
 @settings(max_examples=200, deadline=None)

@@ -152,13 +152,19 @@ def _index(value, arg: str, what: str) -> int:
     return value
 
 
-def _int_list(values, n: int, arg: str, what: str) -> tuple:
+def _per_neighbor(values, n: int, arg: str, what: str, kind: str) -> list:
+    """`values` as a list of exactly `n` items (one per neighbor), or an error naming `arg`."""
     try:
         values = list(values)
     except TypeError:
-        raise TypeError(f"{arg}: {what} must be a sequence of integers") from None
+        raise TypeError(f"{arg}: {what} must be a sequence of {kind}") from None
     if len(values) != n:
         raise ValueError(f"{arg}: expected {n} {what} (one per neighbor), got {len(values)}")
+    return values
+
+
+def _int_list(values, n: int, arg: str, what: str) -> tuple:
+    values = _per_neighbor(values, n, arg, what, "integers")
     return tuple(_index(v, arg, what[:-1] if what.endswith("s") else what) for v in values)
 
 
@@ -347,20 +353,13 @@ def parse_w(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
         counts, displs = (1,) * blocks, (0,) * blocks
     else:
         counts = _int_list(counts, blocks, arg, "counts")
-        try:
-            displs = tuple(int(d) for d in displs)
-        except TypeError:
-            raise TypeError(f"{arg}: displacements must be a sequence of integers") from None
-        if len(displs) != blocks:
-            raise ValueError(f"{arg}: expected {blocks} displacements (one per neighbor), got {len(displs)}")
+        displs = _per_neighbor(displs, blocks, arg, "displacements", "integers")
+        if not all(isinstance(d, Integral) and not isinstance(d, bool) for d in displs):
+            raise TypeError(f"{arg}: displacements must be integers (bytes), got {displs!r}")
+        displs = tuple(int(d) for d in displs)
     if isinstance(datatypes, (MPI.Datatype, str)):
         datatypes = (datatypes,) * blocks
-    try:
-        datatypes = list(datatypes)
-    except TypeError:
-        raise TypeError(f"{arg}: datatypes must be a sequence of MPI datatypes") from None
-    if len(datatypes) != blocks:
-        raise ValueError(f"{arg}: expected {blocks} datatypes (one per neighbor), got {len(datatypes)}")
+    datatypes = _per_neighbor(datatypes, blocks, arg, "datatypes", "MPI datatypes")
     checked = {}  # a datatype object repeated across blocks is checked once
     types = tuple(checked[id(t)] if id(t) in checked else checked.setdefault(id(t), as_datatype(t, f"{arg}: datatypes[{i}]"))
                   for i, t in enumerate(datatypes))
