@@ -148,13 +148,14 @@ def test_self_loops_and_repeated_edges():
         assert all(m.peer != p.rank for p in run.patterns for s in p.steps for m in s.sends)
 
 
-@pytest.mark.parametrize("theta", [0, -1, 2.5, "4", True, None])
-def test_bad_theta_is_rejected_before_any_message(theta):
-    with pytest.raises(ValueError, match="theta"):
+@pytest.mark.parametrize("theta, error", [(0, ValueError), (-1, ValueError), (2.5, TypeError),
+                                          ("4", TypeError), (True, TypeError), (None, TypeError)])
+def test_bad_theta_is_rejected_before_any_message(theta, error):
+    with pytest.raises(error, match="theta: expected a positive integer"):
         check_options("common_neighbor", {"theta": theta})
     graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0], [0])
     try:
-        with pytest.raises(ValueError, match="theta"):
+        with pytest.raises(error, match="theta"):
             sparsecoll.wrap(graph, "common_neighbor", theta=theta)
     finally:
         graph.Free()

@@ -153,6 +153,8 @@ def test_override_types_and_environment(monkeypatch):
         placement.override(8, ranks_per_socket="2")
     with pytest.raises(TypeError, match="ranks_per_socket"):
         placement.override(8, ranks_per_socket=True)
+    got = placement.override(8, ranks_per_socket=numpy.int64(4), sockets_per_node=numpy.int32(2))
+    assert (got.ranks_per_socket, got.sockets_per_node) == (4, 2) and type(got.ranks_per_socket) is int
     monkeypatch.setenv(placement.ENVIRONMENT, "2x2")
     got = placement.override(8)
     assert (got.ranks_per_socket, got.sockets_per_node, got.source) == (2, 2, "environment SPARSECOLL_PLACEMENT")

@@ -9,6 +9,7 @@ from mpi4py import MPI
 
 from sparsecoll.sim import DeadlockError, RankError, SimulationError, World
 from sparsecoll.topology import graph_topology
+from sparsecoll.topology.generators import moore, random_sparse
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -289,3 +290,17 @@ def test_protocol_depth_counts_rounds():
     world.run(lambda comm: comm.barrier())
     assert [c.depth for c in world.counters] == [3, 3, 3]
     assert [c.collectives for c in world.counters] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("size, error", [(0, ValueError), (-3, ValueError), (2.0, TypeError), ("4", TypeError),
+                                         (True, TypeError)])
+def test_sizes_must_be_positive_integers(size, error):
+    for make in (World, lambda n: random_sparse(n, 0.5), lambda n: moore(n, 2, 1)):
+        with pytest.raises(error, match="size: expected a positive integer"):
+            make(size)
+
+
+@pytest.mark.parametrize("D, R, error", [(0, 1, ValueError), (2, 0, ValueError), (2.5, 1, TypeError), (2, "1", TypeError)])
+def test_moore_dimension_and_radius_must_be_positive_integers(D, R, error):
+    with pytest.raises(error, match="[DR]: expected a positive integer"):
+        moore(16, D, R)

@@ -22,9 +22,10 @@ Every error is a ValueError or TypeError naming the argument.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from numbers import Integral
 
 from mpi4py import MPI
+
+from .checks import is_integer
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,7 +145,7 @@ def _buffer(obj, readonly: bool, arg: str):
 
 
 def _index(value, arg: str, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
+    if not is_integer(value):
         raise TypeError(f"{arg}: {what} must be an integer, got {value!r}")
     value = int(value)
     if value < 0:
@@ -299,7 +300,7 @@ def parse_vector(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
                 raise ValueError(f"{arg}: buffer length {nbytes} is not a multiple of the datatype extent {extent}")
             total = nbytes // extent
         counts = tuple(total // blocks + (total % blocks > i) for i in range(blocks)) if blocks else ()
-    elif isinstance(counts, Integral) and not isinstance(counts, bool):
+    elif is_integer(counts):
         counts = (_index(counts, arg, "count"),) * blocks
     else:
         counts = _int_list(counts, blocks, arg, "counts")
@@ -309,7 +310,7 @@ def parse_vector(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
             out.append(acc)
             acc += c
         displs = tuple(out)
-    elif isinstance(displs, Integral) and not isinstance(displs, bool):
+    elif is_integer(displs):
         stride = _index(displs, arg, "displacement")
         displs = tuple(stride * i for i in range(blocks))
     else:
@@ -354,7 +355,7 @@ def parse_w(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
     else:
         counts = _int_list(counts, blocks, arg, "counts")
         displs = _per_neighbor(displs, blocks, arg, "displacements", "integers")
-        if not all(isinstance(d, Integral) and not isinstance(d, bool) for d in displs):
+        if not all(is_integer(d) for d in displs):
             raise TypeError(f"{arg}: displacements must be integers (bytes), got {displs!r}")
         displs = tuple(int(d) for d in displs)
     if isinstance(datatypes, (MPI.Datatype, str)):

@@ -10,10 +10,10 @@ offers the paper's helpers (relative ranks, shifts and coordinates, neighbor que
 
 from __future__ import annotations
 
-import numbers
 
 from mpi4py import MPI
 
+from .checks import is_integer
 from .comm import Distgraphcomm, wrap
 from .topology.cartesian import (Grid, agree, check_grid, check_offsets, check_weights, fingerprint,
                                  grid_of, offset_topology)
@@ -46,7 +46,7 @@ class CartNeighborhoodComm(Distgraphcomm):
     def relative_coord(self, rank: int) -> tuple:
         """The offset from this process to ``rank`` (periodic coordinates in ``[-(p//2), p - p//2)``)."""
         size = self.Get_size()
-        if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < size:
+        if not is_integer(rank) or not 0 <= rank < size:
             raise ValueError(f"rank: expected an integer in [0, {size}), got {rank!r}")
         return self.grid.relative(self.Get_rank(), int(rank))
 

@@ -80,11 +80,11 @@ this rank took part in), ``alg2_iterations`` (summed over its rounds) and
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from numbers import Integral
 
 import numpy
 from mpi4py import MPI
 
+from ..checks import positive_integer
 from ..pattern import ALLGATHER, Message, Pattern, Step, gather_item, personal_item
 from ..topology import PROC_NULL, Topology
 from . import Algorithm, register
@@ -103,11 +103,7 @@ NOTHING, ONLOADED, OFFLOADED, EXCHANGED, DONE = 0, 1, 2, 3, 4
 
 def check_theta(theta) -> int:
     """Validate the friendship threshold Θ: an integer >= 1."""
-    if isinstance(theta, bool) or not isinstance(theta, Integral):
-        raise ValueError(f"theta: expected an integer >= 1, got {theta!r}")
-    if theta < 1:
-        raise ValueError(f"theta: expected an integer >= 1, got {theta}")
-    return int(theta)
+    return positive_integer(theta, "theta")
 
 
 def check_options(options: dict) -> dict:

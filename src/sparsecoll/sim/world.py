@@ -50,6 +50,8 @@ from typing import Callable, Optional
 from greenlet import greenlet, getcurrent
 from mpi4py import MPI
 
+from ..checks import positive_integer
+
 ANY_SOURCE = MPI.ANY_SOURCE
 ANY_TAG = MPI.ANY_TAG
 PROC_NULL = MPI.PROC_NULL
@@ -866,8 +868,7 @@ class World:
     """N virtual ranks; :meth:`run` drives a function on all of them."""
 
     def __init__(self, size: int, topologies=None):
-        if not isinstance(size, int) or size < 1:
-            raise ValueError(f"size: expected a positive integer, got {size!r}")
+        size = positive_integer(size, "size")
         if topologies is not None:
             topologies = list(topologies)
             if len(topologies) != size:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import numbers
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy
 from mpi4py import MPI
 
+from ..checks import is_integer
 from . import CART, PROC_NULL, Topology, graph_topology
 
 
@@ -107,7 +107,7 @@ class Grid:
 # -- argument checking -----------------------------------------------------------------
 
 def _integer(value, arg: str) -> int:
-    if isinstance(value, (bool, numpy.bool_)) or not isinstance(value, numbers.Integral):
+    if not is_integer(value):
         raise TypeError(f"{arg}: expected an integer, got {value!r} ({type(value).__name__})")
     return int(value)
 

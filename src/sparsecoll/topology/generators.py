@@ -32,6 +32,7 @@ from typing import Optional
 
 import numpy
 
+from ..checks import positive_integer
 from . import graph_topology
 from .cartesian import Grid
 
@@ -73,12 +74,6 @@ class Adjacency:
         return sum(len(d) for d in self.destinations)
 
 
-def _check_size(size) -> int:
-    if not isinstance(size, (int, numpy.integer)) or size < 1:
-        raise ValueError(f"size: expected a positive integer, got {size!r}")
-    return int(size)
-
-
 def _check_probability(value, name: str) -> float:
     value = float(value)
     if not 0.0 <= value <= 1.0:
@@ -92,7 +87,7 @@ def random_sparse(size: int, density: float, seed: int = 0) -> Adjacency:
     Destinations and sources are listed in increasing rank order. Deterministic in
     ``seed`` (NumPy PCG64, one row of the adjacency matrix at a time).
     """
-    size = _check_size(size)
+    size = positive_integer(size, "size")
     density = _check_probability(density, "density")
     rng = numpy.random.default_rng(seed)
     destinations = []
@@ -122,14 +117,18 @@ def moore_offsets(D: int, R: int) -> tuple:
 
 
 def compute_dims(size: int, ndims: int) -> tuple:
-    """Balanced grid dimensions, from the MPI library's own ``MPI_Dims_create``."""
+    """Balanced grid dimensions, from the MPI library's own ``MPI_Dims_create``.
+
+    Both arguments are checked first: MPICH's ``MPI_Dims_create`` does not return for
+    ``size`` 0.
+    """
     from mpi4py import MPI
-    return tuple(MPI.Compute_dims(size, ndims))
+    return tuple(MPI.Compute_dims(positive_integer(size, "size"), positive_integer(ndims, "ndims")))
 
 
 def isomorphic(size: int, dims, offsets, name: str = "isomorphic", params=None) -> Adjacency:
     """Periodic grid ``dims`` (product ``size``); rank r sends to r+c, receives from r-c per offset c."""
-    size = _check_size(size)
+    size = positive_integer(size, "size")
     dims = tuple(int(d) for d in dims)
     if int(numpy.prod(dims)) != size:
         raise ValueError(f"dims: {dims} do not multiply to size {size}")
@@ -147,9 +146,7 @@ def isomorphic(size: int, dims, offsets, name: str = "isomorphic", params=None) 
 
 def moore(size: int, D: int = 2, R: int = 1) -> Adjacency:
     """Moore neighborhood of dimension ``D``, radius ``R`` on a periodic ``Compute_dims`` grid."""
-    D, R = int(D), int(R)
-    if D < 1 or R < 1:
-        raise ValueError(f"moore: expected D >= 1 and R >= 1, got D={D}, R={R}")
+    D, R = positive_integer(D, "D"), positive_integer(R, "R")
     return isomorphic(size, compute_dims(size, D), moore_offsets(D, R), name="moore", params={"D": D, "R": R})
 
 

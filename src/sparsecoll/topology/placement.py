@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..checks import positive_integer
 from ..model.params import Placement
 
 ENVIRONMENT = "SPARSECOLL_PLACEMENT"
@@ -65,19 +66,11 @@ class PlacementInfo:
                 "placement_contiguous": self.contiguous}
 
 
-def _positive(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected a positive integer, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value}")
-    return value
-
-
 def check_override(L, S, size: int, what: str = "") -> Placement:
     """Validate ``L`` ranks per socket and ``S`` sockets per node for ``size`` ranks."""
     prefix = f"{what}: " if what else ""
-    L = _positive(L, f"{prefix}ranks_per_socket")
-    S = _positive(S, f"{prefix}sockets_per_node")
+    L = positive_integer(L, f"{prefix}ranks_per_socket")
+    S = positive_integer(S, f"{prefix}sockets_per_node")
     if L > size:
         raise ValueError(f"{prefix}ranks_per_socket: {L} is larger than the communicator ({size} ranks)")
     sockets = -(-size // L)
