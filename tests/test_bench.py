@@ -112,7 +112,7 @@ def test_rebind_binds_on_every_call_and_init_binds_once(monkeypatch, rebind):
         for _ in range(3):
             comm.Neighbor_allgather(send, recv)
         assert len(binds) == comm.schedules_bound == (3 if rebind else 1)
-        for _ in range(3):  # nonblocking calls reuse the bound schedule too (new requests per call)
+        for _ in range(3):  # nonblocking calls reuse the bound schedule too
             comm.Ineighbor_allgather(send, recv).Wait()
         assert len(binds) == comm.schedules_bound == (6 if rebind else 1)
         before = len(binds)
@@ -123,6 +123,47 @@ def test_rebind_binds_on_every_call_and_init_binds_once(monkeypatch, rebind):
         request.Free()
         assert len(binds) - before == 1 and len(binds) == comm.schedules_bound  # *_init binds once in both
         assert recv.tolist() == [5, 5]
+    finally:
+        graph.Free()
+
+
+def test_nonblocking_calls_reuse_the_requests_of_their_channel(monkeypatch):
+    from mpi4py import MPI
+
+    import sparsecoll
+    import sparsecoll.comm as comm_module
+    made = []
+
+    class CountingExecutor(comm_module.Executor):
+        def __init__(self, *args):
+            made.append(args[2])  # tag base: the channel's
+            super().__init__(*args)
+
+    monkeypatch.setattr(comm_module, "Executor", CountingExecutor)
+    graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0, 0], [0, 0])
+    try:
+        comm = sparsecoll.wrap(graph, "direct")
+        send, recv = numpy.zeros(1, dtype="i4"), numpy.zeros(2, dtype="i4")
+        channels = comm_module.NONBLOCKING_CHANNELS
+        for k in range(2 * channels + 3):
+            send[0] = k
+            comm.Ineighbor_allgather(send, recv).Wait()
+            assert recv.tolist() == [k, k]
+        assert len(made) == len(set(made)) == channels  # one per channel, then reused
+        # more buffer sets than NONBLOCKING_KEYS: the least recently used pools are freed
+        recvs = [numpy.zeros(2, dtype="i4") for _ in range(comm_module.NONBLOCKING_KEYS + 1)]
+        for k in range(3 * len(recvs)):
+            send[0] = 1000 + k
+            comm.Ineighbor_allgather(send, recvs[k % len(recvs)]).Wait()
+            assert recvs[k % len(recvs)].tolist() == [1000 + k] * 2
+        assert len(comm._sc_state.idle_executors) == comm_module.NONBLOCKING_KEYS
+        # overlapping calls each get their own requests
+        before = len(made)
+        requests = [comm.Ineighbor_allgather(numpy.array([7 + k], dtype="i4"), r) for k, r in enumerate(recvs)]
+        for request in reversed(requests):
+            request.Wait()
+        assert [r.tolist() for r in recvs] == [[7 + k] * 2 for k in range(len(recvs))]
+        assert len(made) - before == len(recvs)
     finally:
         graph.Free()
 

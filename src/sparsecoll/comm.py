@@ -20,6 +20,7 @@ fatal (or agree on it before calling again).
 from __future__ import annotations
 
 import ctypes
+import functools
 import time
 from collections import OrderedDict
 
@@ -40,6 +41,8 @@ STEP_SPAN = 1024
 NONBLOCKING_CHANNELS = 64
 #: Bound schedules (and executors of blocking calls) kept per communicator for repeated calls.
 CACHE_SIZE = 32
+#: Call keys whose idle nonblocking executors are kept (at most one per channel for each).
+NONBLOCKING_KEYS = 4
 
 _PARSERS = {
     # collective: (send parser, send blocks from outdegree?, recv parser)
@@ -53,11 +56,12 @@ _PARSERS = {
 
 
 class _Recent(OrderedDict):
-    """A mapping that keeps the CACHE_SIZE most recently used entries."""
+    """A mapping that keeps the ``size`` (default CACHE_SIZE) most recently used entries."""
 
-    def __init__(self, evict=None):
+    def __init__(self, evict=None, size: int = CACHE_SIZE):
         super().__init__()
         self._evict = evict  # called with each value pushed out
+        self._size = size
 
     def recall(self, key):
         """The value for ``key`` (or None), marked as just used."""
@@ -67,9 +71,9 @@ class _Recent(OrderedDict):
         return value
 
     def keep(self, key, value) -> None:
-        """Store ``value``, pushing out the least recently used entries beyond CACHE_SIZE."""
+        """Store ``value``, pushing out the least recently used entries beyond the size."""
         self[key] = value
-        while len(self) > CACHE_SIZE:
+        while len(self) > self._size:
             old = self.popitem(last=False)[1]
             if self._evict is not None:
                 self._evict(old)
@@ -86,7 +90,10 @@ class SharedState:
         self.size_pass: dict = {}
         # blocking calls run their executor to completion, so a cached one is never active
         self.executors = _Recent(evict=Executor.free)  # call key -> ready persistent requests
-        self.schedules = _Recent()  # call key -> bound Schedule (nonblocking calls: own tags, new requests)
+        self.schedules = _Recent()  # call key -> bound Schedule
+        # nonblocking calls: call key -> {channel: idle executor}; an executor in flight is
+        # out of its pool, so eviction never frees one in flight
+        self.idle_executors = _Recent(evict=_free_executors, size=NONBLOCKING_KEYS)
         self.parsed = _Recent()  # signature of the buffer arguments -> parsed Blocks and their key
         self.nonblocking_calls = 0
         self.persistent_calls = 0
@@ -104,16 +111,38 @@ class SharedState:
         room = max(self.channels - 1 - NONBLOCKING_CHANNELS, 1)
         return 1 + NONBLOCKING_CHANNELS + (self.persistent_calls - 1) % room
 
+    def park(self, key, channel: int, executor: Executor) -> None:
+        """Keep the executor of a completed nonblocking call for the next call of ``key`` on ``channel``."""
+        if self.private == MPI.COMM_NULL:  # the communicator was freed while the call ran
+            executor.free()
+            return
+        pool = self.idle_executors.recall(key)
+        if pool is None:
+            pool = {}
+            self.idle_executors.keep(key, pool)
+        earlier = pool.get(channel)
+        if earlier is not None:  # (only if calls of these buffers overlapped, which MPI forbids)
+            earlier.free()
+        pool[channel] = executor
+
     def free(self) -> None:
         """Release cached schedules and the private communicator."""
         for executor in self.executors.values():
             executor.free()  # (blocking calls: none in flight)
         self.executors.clear()
+        for pool in self.idle_executors.values():
+            _free_executors(pool)
+        self.idle_executors.clear()
         self.schedules.clear()
         self.parsed.clear()
         self.patterns.clear()
         if self.private != MPI.COMM_NULL:
             self.private.Free()
+
+
+def _free_executors(pool: dict) -> None:
+    for executor in pool.values():
+        executor.free()
 
 
 def _delete_state(comm, keyval, state):
@@ -329,13 +358,23 @@ class NeighborhoodMixin:
 
     def _nonblocking(self, collective: str, sendbuf, recvbuf) -> ScheduleRequest:
         send, recv, buffers = self._parse(collective, sendbuf, recvbuf)
-        channel = self._sc_state.next_channel(persistent=False)
-        # the call's tags are its own (channels cycle), so its requests are new; the bound
-        # schedule of the same buffers is reused (non-persistent mode: bound per call). Two
-        # outstanding calls share one only if they share the receive buffer, which MPI forbids.
-        schedule = (self._bind(collective, send, recv) if self._sc_rebind else
-                    self._cached_schedule(collective, send, recv, self._call_key(collective, buffers)))
-        request = ScheduleRequest(self._executor(schedule, channel), persistent=False)
+        state = self._sc_state
+        channel = state.next_channel(persistent=False)
+        # the call's tags are its channel's (channels cycle); the requests of an earlier call
+        # of the same buffers on this channel are reused once it completed, else new ones are
+        # made for the bound schedule of these buffers (non-persistent mode: bound per call).
+        # Two outstanding calls share a schedule only if they share the receive buffer, which
+        # MPI forbids.
+        if self._sc_rebind:
+            executor, release = self._executor(self._bind(collective, send, recv), channel), None
+        else:
+            key = self._call_key(collective, buffers)
+            pool = state.idle_executors.recall(key)
+            executor = pool.pop(channel, None) if pool is not None else None
+            if executor is None:
+                executor = self._executor(self._cached_schedule(collective, send, recv, key), channel)
+            release = functools.partial(state.park, key, channel)
+        request = ScheduleRequest(executor, persistent=False, release=release)
         request.Start()
         return request
 
