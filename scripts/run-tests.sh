@@ -1,7 +1,7 @@
 #!/bin/sh
 # The whole test suite on a fresh machine: creates .venv (MPICH wheel) and .venv-ompi
-# (Open MPI wheel), installs sparsecoll into both, runs everything on MPICH and the
-# conformance suite and the distributed-protocol modules on Open MPI. Extra arguments go to pytest.
+# (Open MPI wheel), installs sparsecoll into both, runs everything on MPICH and every
+# module under tests/mpi on Open MPI. Extra arguments go to pytest.
 set -eu
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -12,5 +12,5 @@ for flavor in mpich openmpi; do
 done
 echo "== MPICH: whole suite"
 .venv/bin/python -m pytest tests -q -p no:cacheprovider "$@"
-echo "== Open MPI: conformance suite and the distributed protocols (common neighbor, distance halving)"
-SPARSECOLL_MPI_MODULES=test_conformance.py,test_common_neighbor_mpi.py,test_distance_halving.py .venv-ompi/bin/python -m pytest tests/test_mpi.py -q -p no:cacheprovider "$@"
+echo "== Open MPI: every module under tests/mpi"
+.venv-ompi/bin/python -m pytest tests/test_mpi.py -q -p no:cacheprovider "$@"

@@ -94,14 +94,19 @@ def cart_neighborhood_create(comm: MPI.Intracomm, dims, periods, offsets, weight
     grid, offsets, weights = agree(comm, local, what="dims, periods, offsets, weights and reorder")
     info = MPI.INFO_NULL if info is None else info
     cart = comm.Create_cart(grid.dims, grid.periods, reorder=bool(reorder))
+    # The graph is made on a communicator without a topology in the Cartesian rank order:
+    # Open MPI 5.0.x gives a distributed graph made from a Cartesian communicator the
+    # parent's topology type too (open-mpi/ompi#14438), which breaks its neighborhood
+    # collectives and mpi4py's Distgraphcomm.
+    in_cart_order = cart.Split(0, cart.Get_rank())
+    cart.Free()
     try:
-        rank = cart.Get_rank()
-        topology = offset_topology(grid, rank, offsets, weights)
+        topology = offset_topology(grid, in_cart_order.Get_rank(), offsets, weights)
         mpi_weights = MPI.UNWEIGHTED if weights is None else list(weights)
-        graph = cart.Create_dist_graph_adjacent(
+        graph = in_cart_order.Create_dist_graph_adjacent(
             list(topology.sources), list(topology.destinations),
             sourceweights=mpi_weights, destweights=mpi_weights, info=info, reorder=False)
     finally:
-        cart.Free()
+        in_cart_order.Free()
     return wrap(CartNeighborhoodComm(graph), algorithm, topology=topology, **options)
 

@@ -116,11 +116,15 @@ def _known_native_bug(comm, algorithm: str, mode: str) -> bool:
 
 def _native_broken_for_graph(raw) -> bool:
     """Open MPI 5.0.x neighborhood collectives hang or truncate on a distributed graph
-    where some rank has exactly one of in- and out-degree zero (open-mpi/ompi#14452)."""
+    where some rank has exactly one of in- and out-degree zero (open-mpi/ompi#14452), and
+    its blocking ones crash (SIGSEGV) where a neighbor is ``PROC_NULL`` (5.0.11; the
+    nonblocking and persistent ones deliver)."""
     if not OPEN_MPI or not isinstance(raw, MPI.Distgraphcomm):
         return False
-    indegree, outdegree, _ = raw.Get_dist_neighbors_count()
-    return raw.allreduce((indegree == 0) != (outdegree == 0), op=MPI.LOR)
+    sources, destinations, _ = raw.Get_dist_neighbors()
+    one_sided = (len(sources) == 0) != (len(destinations) == 0)
+    proc_null = MPI.PROC_NULL in sources or MPI.PROC_NULL in destinations
+    return raw.allreduce(one_sided or proc_null, op=MPI.LOR)
 
 
 def _run(comm, case: Case, recv: cases.Layout, mode: str, salt: int, request_box: dict):
