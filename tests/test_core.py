@@ -302,5 +302,12 @@ def test_repeated_calls_on_the_same_arrays_parse_once_and_notice_changes(monkeyp
         displs[1] = 4
         with pytest.raises(ValueError, match="recvbuf"):
             comm.Neighbor_allgatherv([send, 1, MPI.INT32_T], [out, ([1, 1], displs), MPI.INT32_T])
+        # numpy counts and displacements are kept by value too, not by identity
+        counts, displs = numpy.ones(2, dtype=int), numpy.array([0, 2])
+        for expected in ([7, -1, 7, -1], [7, 7, -1, -1]):
+            out[:] = -1
+            comm.Neighbor_allgatherv([send, 1, MPI.INT32_T], [out, (counts, displs), MPI.INT32_T])
+            assert out.tolist() == expected
+            displs[:] = [1, 0]
     finally:
         graph.Free()

@@ -505,31 +505,68 @@ del _collective, _kind, _method
 def _call_signature(sendbuf, recvbuf):
     """What pins the parse of two buffer arguments, or None where nothing cheap does.
 
-    Covered: plain numpy arrays (by identity, dtype, shape, strides and writability; the
-    parsed Blocks keep the arrays alive, so an identity is not reused while it is kept),
-    and lists or tuples of such arrays with ints, ``None``, predefined datatypes and
-    (nested) lists of ints, by value. Anything else (other buffer objects, derived
-    datatypes) is parsed on every call.
+    Covered: a plain numpy array, or a list or tuple spec whose first entry is one; the
+    array by identity, dtype, shape, strides and writability (the parsed Blocks keep it
+    alive, so an identity is not reused while it is kept), the rest of the spec (ints,
+    ``None``, predefined datatypes, (nested) lists of ints, numpy arrays of counts or
+    displacements) by value. Anything else (other buffer objects, derived datatypes) is
+    parsed on every call.
     """
-    signature = (_spec_signature(sendbuf, 0), _spec_signature(recvbuf, 0))
+    signature = (_argument_signature(sendbuf), _argument_signature(recvbuf))
     return None if _UNPINNED in signature else signature
 
 
 _UNPINNED = object()  # a spec part without a cheap signature
 
 
-def _spec_signature(spec, depth: int):
+def _argument_signature(spec):
+    """One buffer argument's signature: its array by identity, the rest by value."""
     kind = type(spec)
     if kind is numpy.ndarray:
-        return (id(spec), spec.dtype, spec.shape, spec.strides, spec.flags.writeable)
+        return _array_identity(spec)
+    if (kind is list or kind is tuple) and spec and type(spec[0]) is numpy.ndarray:
+        parts = [_array_identity(spec[0])]
+        for part in spec[1:]:
+            signature = _value_signature(part, 1)
+            if signature is _UNPINNED:
+                return _UNPINNED
+            parts.append(signature)
+        return (kind, tuple(parts))
+    return _UNPINNED
+
+
+def _array_identity(array: numpy.ndarray) -> tuple:
+    return (id(array), array.dtype, array.shape, array.strides, array.flags.writeable)
+
+
+def _value_signature(spec, depth: int):
+    """Counts, displacements and datatypes by value (their contents decide the layout)."""
+    kind = type(spec)
     if kind is int or spec is None:
         return spec
+    if kind is numpy.ndarray:
+        return ("array", spec.dtype.str, spec.shape, spec.tobytes())
+    if kind is list or kind is tuple:
+        if depth == 3:
+            return _UNPINNED
+        parts = []
+        for part in spec:
+            signature = _value_signature(part, depth + 1)
+            if signature is _UNPINNED:
+                return _UNPINNED
+            parts.append(signature)
+        return (kind, tuple(parts))
     if isinstance(spec, MPI.Datatype):
-        return ("datatype", spec.py2f()) if spec.is_predefined else _UNPINNED
-    if (kind is list or kind is tuple) and depth < 3:
-        parts = tuple(_spec_signature(part, depth + 1) for part in spec)
-        return _UNPINNED if _UNPINNED in parts else (kind, parts)
+        handle = spec.handle
+        if handle in _PREDEFINED_HANDLES:
+            return ("datatype", handle)
+        if spec.is_predefined:  # a predefined handle is never given to a derived datatype
+            _PREDEFINED_HANDLES.add(handle)
+            return ("datatype", handle)
     return _UNPINNED
+
+
+_PREDEFINED_HANDLES: set = set()  # handles of the predefined datatypes met so far
 
 
 def _displacements(sizes: numpy.ndarray) -> numpy.ndarray:
