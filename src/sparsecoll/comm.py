@@ -525,13 +525,8 @@ def _argument_signature(spec):
     if kind is numpy.ndarray:
         return _array_identity(spec)
     if (kind is list or kind is tuple) and spec and type(spec[0]) is numpy.ndarray:
-        parts = [_array_identity(spec[0])]
-        for part in spec[1:]:
-            signature = _value_signature(part, 1)
-            if signature is _UNPINNED:
-                return _UNPINNED
-            parts.append(signature)
-        return (kind, tuple(parts))
+        rest = _value_signature(spec[1:], 0)
+        return _UNPINNED if rest is _UNPINNED else (_array_identity(spec[0]), rest)
     return _UNPINNED
 
 
