@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     if args.ranks < 1:
         parser.error(f"--ranks: expected a positive integer, got {args.ranks}")
     placement = Placement.parse(args.placement)
-    buildable = [name for name, entry in REGISTRY.items() if entry.build is not None]
+    buildable = [name for name, entry in REGISTRY.items() if not entry.runs_library]
     names = buildable if args.algorithms is None else [a.strip() for a in args.algorithms.split(",") if a.strip()]
     unknown = [name for name in names if name not in buildable]
     if unknown:

@@ -101,10 +101,10 @@ def test_rebind_binds_on_every_call_and_init_binds_once(monkeypatch, rebind):
     from mpi4py import MPI
 
     import sparsecoll
-    import sparsecoll.comm
+    import sparsecoll.runtime.communicator as runtime_module
     binds = []
-    real_bind = sparsecoll.comm.bind
-    monkeypatch.setattr(sparsecoll.comm, "bind", lambda *args: binds.append(1) or real_bind(*args))
+    real_bind = runtime_module.bind
+    monkeypatch.setattr(runtime_module, "bind", lambda *args: binds.append(1) or real_bind(*args))
     graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0, 0], [0, 0])
     try:
         comm = sparsecoll.wrap(graph, "common_neighbor", rebind=rebind)
@@ -131,32 +131,33 @@ def test_nonblocking_calls_reuse_the_requests_of_their_channel(monkeypatch):
     from mpi4py import MPI
 
     import sparsecoll
-    import sparsecoll.comm as comm_module
+    import sparsecoll.runtime as runtime
+    import sparsecoll.runtime.communicator as runtime_module
     made = []
 
-    class CountingExecutor(comm_module.Executor):
+    class CountingExecutor(runtime_module.Executor):
         def __init__(self, *args):
-            made.append(args[2])  # tag base: the channel's
+            made.append(args[2])  # the tag: the channel's
             super().__init__(*args)
 
-    monkeypatch.setattr(comm_module, "Executor", CountingExecutor)
+    monkeypatch.setattr(runtime_module, "Executor", CountingExecutor)
     graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0, 0], [0, 0])
     try:
         comm = sparsecoll.wrap(graph, "direct")
         send, recv = numpy.zeros(1, dtype="i4"), numpy.zeros(2, dtype="i4")
-        channels = comm_module.NONBLOCKING_CHANNELS
+        channels = runtime.NONBLOCKING_CHANNELS
         for k in range(2 * channels + 3):
             send[0] = k
             comm.Ineighbor_allgather(send, recv).Wait()
             assert recv.tolist() == [k, k]
         assert len(made) == len(set(made)) == channels  # one per channel, then reused
         # more buffer sets than NONBLOCKING_KEYS: the least recently used pools are freed
-        recvs = [numpy.zeros(2, dtype="i4") for _ in range(comm_module.NONBLOCKING_KEYS + 1)]
+        recvs = [numpy.zeros(2, dtype="i4") for _ in range(runtime.NONBLOCKING_KEYS + 1)]
         for k in range(3 * len(recvs)):
             send[0] = 1000 + k
             comm.Ineighbor_allgather(send, recvs[k % len(recvs)]).Wait()
             assert recvs[k % len(recvs)].tolist() == [1000 + k] * 2
-        assert len(comm._sc_state.idle_executors) == comm_module.NONBLOCKING_KEYS
+        assert len(comm.runtime._idle) == runtime.NONBLOCKING_KEYS
         # overlapping calls each get their own requests
         before = len(made)
         requests = [comm.Ineighbor_allgather(numpy.array([7 + k], dtype="i4"), r) for k, r in enumerate(recvs)]

@@ -152,7 +152,7 @@ def test_self_loops_and_repeated_edges():
                                           ("4", TypeError), (True, TypeError), (None, TypeError)])
 def test_bad_theta_is_rejected_before_any_message(theta, error):
     with pytest.raises(error, match="theta: expected a positive integer"):
-        check_options("common_neighbor", {"theta": theta})
+        check_options("common_neighbor", {"theta": theta}, 4)
     graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0], [0])
     try:
         with pytest.raises(error, match="theta"):
@@ -166,4 +166,4 @@ def test_theta_option_changes_the_pattern():
     loose, strict = (build_patterns(generate(spec, 49), "common_neighbor", "allgather", {"theta": t})
                      for t in (4, 100))
     assert loose.patterns[0].info["pairs_total"] > 0 and strict.patterns[0].info["degenerate"]
-    assert check_options("common_neighbor", {})["theta"] == 4
+    assert check_options("common_neighbor", {}, 4)["theta"] == 4

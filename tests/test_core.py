@@ -267,12 +267,12 @@ def test_repeated_calls_on_the_same_arrays_parse_once_and_notice_changes(monkeyp
     """Plain numpy arguments are parsed once; an in-place dtype change or a read-only
     receive array is parsed (and checked) again."""
     import sparsecoll
-    import sparsecoll.comm
+    import sparsecoll.runtime.communicator as runtime_module
     parses = []
-    real = sparsecoll.comm.parse_simple
-    monkeypatch.setattr(sparsecoll.comm, "_PARSERS", {
+    real = runtime_module.parse_simple
+    monkeypatch.setattr(runtime_module, "PARSERS", {
         name: (lambda *a, **k: parses.append(1) or real(*a, **k), per_edge, recv)
-        for name, (_, per_edge, recv) in sparsecoll.comm._PARSERS.items()})
+        for name, (_, per_edge, recv) in runtime_module.PARSERS.items()})
     graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0, 0], [0, 0])
     try:
         comm = sparsecoll.wrap(graph, "direct")

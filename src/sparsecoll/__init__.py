@@ -7,9 +7,9 @@ semantics but runs schedules built by published message-combining algorithms.
 from __future__ import annotations
 
 from . import algorithms as _registry
-from .cartcomm import CartNeighborhoodComm, cart_neighborhood_create
-from .comm import Cartcomm, Distgraphcomm, Graphcomm, NeighborhoodMixin, wrap
-from .execute.p2p import ScheduleRequest, waitall
+from .cartcomm import cart_neighborhood_create
+from .comm import CartNeighborhoodComm, Cartcomm, Distgraphcomm, Graphcomm, NeighborhoodMixin, wrap
+from .runtime import ScheduleRequest, waitall
 from .pattern import Pattern
 from .verify import VerificationError, verify
 

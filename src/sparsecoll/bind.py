@@ -47,7 +47,6 @@ class Schedule:
     steps: list
     copies: list = field(default_factory=list)
     temp: Optional[numpy.ndarray] = None
-    owners: tuple = ()
     received: dict = field(default_factory=dict)  # item -> piece of its last arrival
 
 
@@ -128,7 +127,7 @@ def bind(pattern: Pattern, topology: Topology, send: Blocks, recv: Blocks,
         ))
     copies = [(fix(src), fix(dst)) for src, dst in copies]
     received = {item: fix(home[item]) for step in pattern.steps for m in step.recvs for item in m.items}
-    return Schedule(bound_steps, copies, temp, (send.owner, recv.owner), received)
+    return Schedule(bound_steps, copies, temp, received)
 
 
 def has_transit(pattern: Pattern, topology: Topology) -> bool:

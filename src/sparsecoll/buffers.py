@@ -14,8 +14,8 @@ Forms accepted (as in mpi4py 4.x):
   ``(buf, counts, displs, datatypes)`` with displacements in bytes.
 
 ``buf`` is any object :func:`mpi4py.MPI.buffer` accepts (buffer protocol, DLPack,
-``__cuda_array_interface__``), ``None`` for an empty buffer, or ``MPI.BOTTOM`` with
-absolute displacements. A datatype is an ``MPI.Datatype`` or a typecode string.
+``__cuda_array_interface__``), ``None`` inside a list spec for an empty buffer (a bare
+``None`` is a TypeError, as in mpi4py), or ``MPI.BOTTOM`` with absolute displacements. A datatype is an ``MPI.Datatype`` or a typecode string.
 Every error is a ValueError or TypeError naming the argument.
 """
 
@@ -33,15 +33,14 @@ class Blocks:
     """Where the blocks of one buffer argument live.
 
     Block ``i`` is ``counts[i]`` elements of ``types[i]`` at absolute address
-    ``address + displs[i]`` (``displs`` in bytes). ``owner`` keeps the user's buffer
-    object alive while a schedule refers to it.
+    ``address + displs[i]`` (``displs`` in bytes). Blocks do not keep the user's buffer
+    alive: whoever runs messages over them holds the buffer (as mpi4py's requests do).
     """
 
     address: int
     counts: tuple
     displs: tuple
     types: tuple
-    owner: object = None
 
     def __len__(self) -> int:
         return len(self.counts)
@@ -87,21 +86,19 @@ def as_datatype(obj, arg: str) -> MPI.Datatype:
 
 
 def _is_committed(datatype: MPI.Datatype) -> bool:
-    """MPI has no query for this: pack one element, which MPI refuses for uncommitted types.
+    """MPI has no query for this: pack zero elements, which MPI refuses for uncommitted types.
 
-    Checked on every call, not cached by handle: MPI reuses the handles of freed types.
+    Zero elements need no memory, whatever the datatype's extent. Checked on every call,
+    not cached by handle: MPI reuses the handles of freed types.
     """
-    _, extent = datatype.Get_extent()
-    true_lb, true_extent = datatype.Get_true_extent()
-    if extent <= 0 or true_lb < 0:
-        probe = bytearray(0)  # cannot lay out one element in a plain buffer: count 0
-    else:
-        probe = bytearray(max(extent, true_lb + true_extent))
     try:
-        datatype.Pack(probe, bytearray(max(datatype.Get_size(), 1) * 2), 0, MPI.COMM_SELF)
+        datatype.Pack(_NO_BYTES, _NO_BYTES, 0, MPI.COMM_SELF)
     except MPI.Exception:
         return False
     return True
+
+
+_NO_BYTES = bytearray(0)
 
 
 def _format_datatype(obj, buf, arg: str) -> MPI.Datatype:
@@ -132,7 +129,7 @@ def _format_datatype(obj, buf, arg: str) -> MPI.Datatype:
 
 
 def _buffer(obj, readonly: bool, arg: str):
-    """(mpi4py buffer or None, address, nbytes) of a user buffer object."""
+    """(mpi4py buffer or None, address, nbytes) of a user buffer object (None: empty)."""
     if obj is None:
         return None, 0, 0
     try:
@@ -210,6 +207,9 @@ def _split(spec, arg: str, pair_types: tuple):
     ``pair_types`` are the container types read as ``(count, displ)`` in the second
     position (mpi4py: tuple or list for simple messages, tuple only for vectors).
     """
+    if spec is None:
+        raise TypeError(f"{arg}: expected a buffer or a list/tuple spec, got None (mpi4py: "
+                        f"'message: expecting buffer or list/tuple'; use [None, 0, datatype] for nothing)")
     if isinstance(spec, (list, tuple)):
         n = len(spec)
         buf = count = displ = datatype = None
@@ -282,7 +282,7 @@ def parse_simple(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
     step = count * _extent(datatype, arg) if (count and blocks > 1) else 0
     result = Blocks(address, (count,) * blocks,
                     tuple(offset + i * step for i in range(blocks)),
-                    (datatype,) * blocks, buf_obj)
+                    (datatype,) * blocks)
     if not bottom:
         _check_bounds(result, nbytes, arg)
     return result
@@ -318,7 +318,7 @@ def parse_vector(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
     extent = datatype.Get_extent()[1]
     if any(d for d in displs) and extent <= 0:
         raise ValueError(f"{arg}: datatype extent {extent} cannot place displaced blocks")
-    result = Blocks(address, counts, tuple(d * extent for d in displs), (datatype,) * blocks, buf_obj)
+    result = Blocks(address, counts, tuple(d * extent for d in displs), (datatype,) * blocks)
     if not bottom:
         _check_bounds(result, nbytes, arg)
     return result
@@ -364,7 +364,7 @@ def parse_w(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
     checked = {}  # a datatype object repeated across blocks is checked once
     types = tuple(checked[id(t)] if id(t) in checked else checked.setdefault(id(t), as_datatype(t, f"{arg}: datatypes[{i}]"))
                   for i, t in enumerate(datatypes))
-    result = Blocks(address, counts, displs, types, buf_obj)
+    result = Blocks(address, counts, displs, types)
     if not bottom:
         _check_bounds(result, nbytes, arg)
     return result

@@ -4,8 +4,8 @@
 offsets shared by all ranks, an MPI distributed graph communicator whose destinations
 are ``R + N[i]`` and sources ``R - N[i]`` in offset order (``PROC_NULL`` off a
 non-periodic mesh), so the MPI library's own neighborhood collectives still work on it.
-The result is a :class:`CartNeighborhoodComm`: a wrapped ``Distgraphcomm`` that also
-offers the paper's helpers (relative ranks, shifts and coordinates, neighbor queries).
+The result is a :class:`~sparsecoll.comm.CartNeighborhoodComm`: a wrapped ``Distgraphcomm``
+that also offers the paper's helpers (relative ranks, shifts and coordinates, neighbor queries).
 """
 
 from __future__ import annotations
@@ -13,60 +13,8 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from .checks import is_integer
-from .comm import Distgraphcomm, wrap
-from .topology.cartesian import (Grid, agree, check_grid, check_offsets, check_weights, fingerprint,
-                                 grid_of, offset_topology)
-
-
-class CartNeighborhoodComm(Distgraphcomm):
-    """A distributed graph of identical relative neighborhoods on a process grid."""
-
-    @property
-    def grid(self) -> Grid:
-        """The process grid (dimension sizes and periodicity)."""
-        return grid_of(self.topology)
-
-    @property
-    def offsets(self) -> tuple:
-        """The offsets ``N[0..t-1]`` every rank shares: as given to :func:`cart_neighborhood_create`,
-        or canonical and sorted when detected by :func:`sparsecoll.wrap` with ``grid=``."""
-        return self.topology.offsets
-
-    def relative_rank(self, offset) -> int:
-        """Rank of the process at ``R + offset`` (``PROC_NULL`` off a non-periodic mesh)."""
-        return self.grid.shift(self.Get_rank(), self._offset(offset))
-
-    def relative_shift(self, offset) -> tuple:
-        """``(source, dest)``: the ranks at ``R - offset`` and ``R + offset``."""
-        offset = self._offset(offset)
-        rank = self.Get_rank()
-        return self.grid.shift(rank, offset, -1), self.grid.shift(rank, offset, +1)
-
-    def relative_coord(self, rank: int) -> tuple:
-        """The offset from this process to ``rank`` (periodic coordinates in ``[-(p//2), p - p//2)``)."""
-        size = self.Get_size()
-        if not is_integer(rank) or not 0 <= rank < size:
-            raise ValueError(f"rank: expected an integer in [0, {size}), got {rank!r}")
-        return self.grid.relative(self.Get_rank(), int(rank))
-
-    def neighbor_count(self) -> int:
-        """``t``: the number of offsets (``PROC_NULL`` neighbors included)."""
-        return len(self.offsets)
-
-    def neighbor_get(self) -> tuple:
-        """``(sources, sourceweights, dests, destweights)`` in offset order (weights None if unweighted)."""
-        topology = self.topology
-        return (list(topology.sources), _listed(topology.source_weights),
-                list(topology.destinations), _listed(topology.dest_weights))
-
-    def _offset(self, offset) -> tuple:
-        (offset,) = check_offsets([offset], self.grid.ndim)
-        return offset
-
-
-def _listed(weights):
-    return None if weights is None else list(weights)
+from .comm import CartNeighborhoodComm, wrap
+from .topology.cartesian import agree, check_grid, check_offsets, check_weights, fingerprint, offset_topology
 
 
 def cart_neighborhood_create(comm: MPI.Intracomm, dims, periods, offsets, weights=None,

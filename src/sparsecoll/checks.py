@@ -7,7 +7,8 @@ accepted wherever Python integers are.
 
 from __future__ import annotations
 
-from numbers import Integral
+import math
+from numbers import Integral, Real
 
 
 def is_integer(value) -> bool:
@@ -22,3 +23,12 @@ def positive_integer(value, arg: str) -> int:
     if value < 1:
         raise ValueError(f"{arg}: expected a positive integer, got {value}")
     return int(value)
+
+
+def nonnegative_number(value, arg: str) -> float:
+    """``value`` as a finite ``float`` >= 0: TypeError naming ``arg`` for a non-number, ValueError below 0."""
+    if not isinstance(value, Real) or isinstance(value, bool):
+        raise TypeError(f"{arg}: expected a non-negative number, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{arg}: expected a finite non-negative number, got {value}")
+    return float(value)

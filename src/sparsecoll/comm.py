@@ -1,421 +1,272 @@
-"""The wrapped communicators: mpi4py topology communicators whose Neighbor_* methods
-run sparsecoll's schedules.
+"""The wrapped communicators: mpi4py topology communicators whose Neighbor_* methods run
+sparsecoll's schedules.
 
-:func:`wrap` returns an instance of a Python subclass of the communicator's own
-mpi4py class (``Cartcomm``, ``Graphcomm`` or ``Distgraphcomm``) sharing its handle,
-as ``mpi4py.util.pkl5`` does, so every other method keeps working.
+:func:`wrap` returns an instance of a Python subclass of the communicator's own mpi4py
+class (``Cartcomm``, ``Graphcomm`` or ``Distgraphcomm``) sharing its handle, as
+``mpi4py.util.pkl5`` does, so every other method keeps working. Each mpi4py-named method
+below is written out: with the ``native`` algorithm it calls mpi4py's own method, otherwise
+it hands the call to the handle's runtime (:mod:`sparsecoll.runtime`), which owns caching,
+tags, binding and progress. This module holds none of that.
 
-Per handle, sparsecoll keeps one shared state (stored as an MPI attribute on the
-handle, so every wrapper of that handle finds it): a private duplicate communicator
-that carries all library traffic, the rank's Topology, the Patterns built so far and
-a small cache of bound schedules.
-
-Errors: bad arguments raise ValueError or TypeError naming the argument on the rank
-that passed them, before that rank sends anything. The other ranks, if they passed
-good arguments, enter the collective and wait for the failing rank's messages, as
-they would in MPI with an erroneous call; a program must treat such an error as
-fatal (or agree on it before calling again).
+Errors: bad arguments raise ValueError or TypeError naming the argument on the rank that
+passed them, before that rank sends anything. The other ranks, if they passed good
+arguments, enter the collective and wait for the failing rank's messages, as they would in
+MPI with an erroneous call; a program must treat such an error as fatal (or agree on it
+before calling again).
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import time
-from collections import OrderedDict
-
 import numpy
 from mpi4py import MPI
 
-from . import algorithms
-from .bind import bind, has_transit
-from .buffers import Blocks, parse_simple, parse_vector, parse_w
-from .execute.p2p import Executor, ScheduleRequest
-from .pattern import family_of, stats
-from .topology import PROC_NULL, Topology, from_comm
+from .buffers import parse_simple
+from .checks import is_integer
+from .pattern import family_of
+from .runtime import CallPlan, CommRuntime, Plan, existing_runtime, make_plan, runtime_of
+from .topology import PROC_NULL, Topology
 from .topology import cartesian as cartesian_topology
-
-#: Tags per channel: a pattern may have at most STEP_SPAN - 1 steps (one more for copies).
-STEP_SPAN = 1024
-#: Channels cycled by nonblocking calls (1..NONBLOCKING_CHANNELS); persistent ones follow.
-NONBLOCKING_CHANNELS = 64
-#: Bound schedules (and executors of blocking calls) kept per communicator for repeated calls.
-CACHE_SIZE = 32
-#: Call keys whose idle nonblocking executors are kept (at most one per channel for each).
-NONBLOCKING_KEYS = 4
-
-_PARSERS = {
-    # collective: (send parser, send blocks from outdegree?, recv parser)
-    "allgather": (parse_simple, False, parse_simple),
-    "allgatherv": (parse_simple, False, parse_vector),
-    "allgatherw": (parse_simple, False, parse_w),
-    "alltoall": (parse_simple, True, parse_simple),
-    "alltoallv": (parse_vector, True, parse_vector),
-    "alltoallw": (parse_w, True, parse_w),
-}
-
-
-class _Recent(OrderedDict):
-    """A mapping that keeps the ``size`` (default CACHE_SIZE) most recently used entries."""
-
-    def __init__(self, evict=None, size: int = CACHE_SIZE):
-        super().__init__()
-        self._evict = evict  # called with each value pushed out
-        self._size = size
-
-    def recall(self, key):
-        """The value for ``key`` (or None), marked as just used."""
-        value = self.get(key)
-        if value is not None:
-            self.move_to_end(key)
-        return value
-
-    def keep(self, key, value) -> None:
-        """Store ``value``, pushing out the least recently used entries beyond the size."""
-        self[key] = value
-        while len(self) > self._size:
-            old = self.popitem(last=False)[1]
-            if self._evict is not None:
-                self._evict(old)
-
-
-class SharedState:
-    """What sparsecoll keeps per communicator handle (shared by all its wrappers)."""
-
-    def __init__(self, comm: MPI.Comm, topology: Topology | None = None):
-        self.private = comm.Dup()  # collective
-        self.topology = topology if topology is not None else from_comm(comm)
-        self.patterns: dict = {}
-        self.build_seconds: dict = {}
-        self.size_pass: dict = {}
-        # blocking calls run their executor to completion, so a cached one is never active
-        self.executors = _Recent(evict=Executor.free)  # call key -> ready persistent requests
-        self.schedules = _Recent()  # call key -> bound Schedule
-        # nonblocking calls: call key -> {channel: idle executor}; an executor in flight is
-        # out of its pool, so eviction never frees one in flight
-        self.idle_executors = _Recent(evict=_free_executors, size=NONBLOCKING_KEYS)
-        self.parsed = _Recent()  # signature of the buffer arguments -> parsed Blocks and their key
-        self.nonblocking_calls = 0
-        self.persistent_calls = 0
-        self.schedules_bound = 0  # bind() calls for collective calls (read by the benchmark)
-        tag_ub = self.private.Get_attr(MPI.TAG_UB) or 32767
-        self.channels = max(tag_ub // STEP_SPAN, 2)
-
-    # -- tags -----------------------------------------------------------------
-    def next_channel(self, persistent: bool) -> int:
-        """The channel of the next nonblocking or persistent call (same on every rank)."""
-        if not persistent:
-            self.nonblocking_calls += 1
-            return 1 + (self.nonblocking_calls - 1) % NONBLOCKING_CHANNELS
-        self.persistent_calls += 1
-        room = max(self.channels - 1 - NONBLOCKING_CHANNELS, 1)
-        return 1 + NONBLOCKING_CHANNELS + (self.persistent_calls - 1) % room
-
-    def park(self, key, channel: int, executor: Executor) -> None:
-        """Keep the executor of a completed nonblocking call for the next call of ``key`` on ``channel``."""
-        if self.private == MPI.COMM_NULL:  # the communicator was freed while the call ran
-            executor.free()
-            return
-        pool = self.idle_executors.recall(key)
-        if pool is None:
-            pool = {}
-            self.idle_executors.keep(key, pool)
-        earlier = pool.get(channel)
-        if earlier is not None:  # (only if calls of these buffers overlapped, which MPI forbids)
-            earlier.free()
-        pool[channel] = executor
-
-    def free(self) -> None:
-        """Release cached schedules and the private communicator."""
-        for executor in self.executors.values():
-            executor.free()  # (blocking calls: none in flight)
-        self.executors.clear()
-        for pool in self.idle_executors.values():
-            _free_executors(pool)
-        self.idle_executors.clear()
-        self.schedules.clear()
-        self.parsed.clear()
-        self.patterns.clear()
-        if self.private != MPI.COMM_NULL:
-            self.private.Free()
-
-
-def _free_executors(pool: dict) -> None:
-    for executor in pool.values():
-        executor.free()
-
-
-def _delete_state(comm, keyval, state):
-    state.free()
-
-
-_STATE_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_state)
-
-
-def _state_of(comm: MPI.Comm, topology: Topology | None = None) -> SharedState:
-    """The shared state of a handle, created (collectively) on first use."""
-    state = comm.Get_attr(_STATE_KEYVAL)
-    if state is None:
-        state = SharedState(comm, topology)
-        comm.Set_attr(_STATE_KEYVAL, state)
-    return state
+from .topology.cartesian import Grid, check_offsets, grid_of
 
 
 class NeighborhoodMixin:
     """sparsecoll's neighborhood collectives, mixed into the mpi4py topology classes."""
 
-    _sc_algorithm = "auto"
-    _sc_options: dict = {}
-    _sc_rebind = False
+    _sc_plan: Plan = make_plan("auto", {}, False, 1)
+    _sc_runtime: CommRuntime | None = None  # made at wrap (lazily after Idup)
+    _sc_topology: Topology | None = None  # given to wrap, used when the runtime is made lazily
 
-    # -- plumbing ---------------------------------------------------------------
-    @property
-    def _sc_state(self) -> SharedState:
-        state = self.__dict__.get("_sc_shared")
-        if state is None:
-            state = self.__dict__["_sc_shared"] = _state_of(self)
-        return state
-
+    # -- what the wrapper runs ---------------------------------------------------------------
     @property
     def algorithm(self) -> str:
         """The algorithm this wrapper was asked for (``"auto"`` resolves per family)."""
-        return self._sc_algorithm
+        return self._sc_plan.algorithm
+
+    @property
+    def options(self) -> dict:
+        """The options in force (checked, defaults filled in)."""
+        return dict(self._sc_plan.options)
+
+    @property
+    def plan(self) -> Plan:
+        """What this wrapper asks the runtime for (algorithm, options, rebind)."""
+        return self._sc_plan
+
+    @property
+    def runtime(self) -> CommRuntime:
+        """The handle's runtime (made collectively on first use)."""
+        return self._sc_attach()
 
     @property
     def topology(self) -> Topology:
         """This rank's Topology as sparsecoll sees it."""
-        return self._sc_state.topology
+        return self._sc_attach().topology
 
     def resolved_algorithm(self, collective: str) -> str:
-        """The algorithm that runs ``collective`` (``"auto"`` resolved once per family)."""
-        if self._sc_algorithm != "auto":
-            return self._sc_algorithm
-        family = family_of(collective)
-        chosen = self.__dict__.setdefault("_sc_chosen", {})  # topology and options are fixed per wrapper
-        if family not in chosen:
-            chosen[family] = algorithms.choose(self._sc_state.topology, family, self._sc_options)
-        return chosen[family]
+        """The algorithm that runs ``collective`` (``"auto"`` resolved per family; local)."""
+        return self._sc_attach().resolve(self._sc_plan, family_of(collective))
 
     def pattern(self, collective: str):
-        """This rank's Pattern for the family of ``collective`` (built once, collectively)."""
-        key = self._pattern_key(collective)
-        name, _, family = key
-        algorithm = algorithms.get(name)
-        state = self._sc_state
-        pattern = state.patterns.get(key)
-        if pattern is None:
-            reason = algorithm.unsupported_reason(state.topology, family)
-            if reason is not None:
-                raise NotImplementedError(reason)
-            start = time.perf_counter()
-            pattern = algorithm.build(state.topology, state.private, self._sc_options, family)
-            state.build_seconds[key] = time.perf_counter() - start
-            if len(pattern.steps) >= STEP_SPAN:
-                raise NotImplementedError(
-                    f"algorithm {name!r} built {len(pattern.steps)} steps; at most {STEP_SPAN - 1} are supported")
-            state.patterns[key] = pattern
-            # A size pass runs on every rank as soon as one rank needs it, so decide
-            # it once, together: v/w calls need it when any rank stores an item in
-            # transit; regular calls only when such a rank has no block of its own
-            # to take the layout from (no edges at all in the alltoall family).
-            transit = has_transit(pattern, state.topology)
-            blind = transit and family == "alltoall" and not (state.topology.indegree or state.topology.outdegree)
-            flags = state.private.allreduce(int(transit) | 2 * int(blind), op=MPI.BOR)
-            state.size_pass[key] = (bool(flags & 1), bool(flags & 2))
-        return pattern
-
-    def _pattern_key(self, collective: str) -> tuple:
-        name = self.resolved_algorithm(collective)
-        name = "direct" if name == "native" else name
-        return (name, repr(sorted(self._sc_options.items())), family_of(collective))
-
-    def _needs_size_pass(self, collective: str) -> bool:
-        """Whether binding ``collective`` needs the (collective) size pass."""
-        vector_needs, regular_needs = self._sc_state.size_pass[self._pattern_key(collective)]
-        return regular_needs if collective in ("allgather", "alltoall") else vector_needs
+        """This rank's Pattern for ``collective``'s family (collective: call it on every rank)."""
+        return self._sc_attach().pattern(self._sc_plan, collective)
 
     def plan_stats(self, collective: str) -> dict:
-        """Deterministic numbers of this rank's schedule for ``collective``'s family.
+        """Deterministic numbers of this rank's schedule for ``collective``'s family; never communicates.
 
-        Keys: ``algorithm``, ``family``, ``steps``, ``sends``, ``recvs``,
-        ``send_items``, ``recv_items``, ``sends_to_others``, ``build_seconds`` and
-        whatever the algorithm adds. For ``native`` the numbers are those of the
-        one-step pattern MPI libraries use.
+        Keys: ``algorithm``, ``family``, ``steps``, ``sends``, ``recvs``, ``send_items``,
+        ``recv_items``, ``sends_to_others``, ``build_seconds`` and whatever the algorithm
+        adds. For ``native`` the numbers are those of the one-step pattern MPI libraries
+        use. Algorithms that build their pattern by a protocol report it only once a
+        collective call (or :meth:`pattern` on every rank) built it; before that this raises
+        RuntimeError naming the call to make.
         """
-        pattern = self.pattern(collective)
-        result = {"algorithm": self.resolved_algorithm(collective), **stats(pattern),
-                  "build_seconds": self._sc_state.build_seconds.get(self._pattern_key(collective), 0.0)}
-        if self._sc_algorithm == "auto":
-            result["auto"] = algorithms.explain_choice(self._sc_state.topology, family_of(collective),
-                                                       self._sc_options)
-        return result
-
-    def _parse_uncached(self, collective: str, sendbuf, recvbuf):
-        """``(send Blocks, recv Blocks)``: the buffer arguments checked and parsed."""
-        topology = self._sc_state.topology
-        send_parser, per_edge, recv_parser = _PARSERS[collective]
-        send = send_parser(sendbuf, topology.outdegree if per_edge else 1, readonly=True, arg="sendbuf")
-        recv = recv_parser(recvbuf, topology.indegree, readonly=False, arg="recvbuf")
-        return send, recv
-
-    def _parse(self, collective: str, sendbuf, recvbuf):
-        """``(send Blocks, recv Blocks, key of both)``: the buffer arguments checked and parsed.
-
-        Parsing costs several times the MPI call itself, so where both arguments have a
-        cheap signature (:func:`_call_signature`: numpy arrays, alone or in a list spec with
-        counts and predefined datatypes) the result is kept for the next call.
-        """
-        state = self._sc_state
-        signature = _call_signature(sendbuf, recvbuf)
-        if signature is not None:
-            signature = (collective, *signature)
-            parsed = state.parsed.recall(signature)
-            if parsed is not None:
-                return parsed
-        send, recv = self._parse_uncached(collective, sendbuf, recvbuf)
-        parsed = send, recv, (send.key(), recv.key())
-        if signature is not None:
-            state.parsed.keep(signature, parsed)
-        return parsed
+        family_of(collective)
+        runtime = self._sc_runtime
+        if runtime is None:
+            raise RuntimeError(f"plan_stats({collective!r}): nothing was built on this communicator yet; "
+                               f"call Neighbor_{collective} on every rank first")
+        return runtime.plan_stats(self._sc_plan, collective)
 
     @property
     def schedules_bound(self) -> int:
         """How many call schedules were bound on this handle so far (all its wrappers together)."""
-        return self._sc_state.schedules_bound
+        return self._sc_attach().schedules_bound
 
-    def _executor(self, schedule, channel: int) -> Executor:
-        """Requests for a bound ``schedule`` on the private communicator, with ``channel``'s tags."""
-        return Executor(self._sc_state.private, schedule, channel * STEP_SPAN)
+    def release_caches(self) -> None:
+        """Drop this handle's cached parses, schedules and idle executors (local, no communication)."""
+        if self._sc_runtime is not None:
+            self._sc_runtime.release_caches()
 
-    def _bind(self, collective: str, send, recv):
-        """The Schedule of one call (Phase 2 of HiPC 2017): the Pattern bound to these buffers."""
-        state = self._sc_state
-        pattern = self.pattern(collective)
-        transit_size = None
-        if self._needs_size_pass(collective):
-            sizes = self._size_pass(pattern, send)
-            transit_size = lambda item: (sizes[item], MPI.BYTE)  # noqa: E731
-        elif collective in ("allgather", "alltoall"):
-            # regular collectives: every block has the local receive (else send) layout
-            reference = recv if len(recv) else send
-            if len(reference):
-                layout = (reference.counts[0], reference.types[0])
-                transit_size = lambda item: layout  # noqa: E731
-        state.schedules_bound += 1
-        return bind(pattern, state.topology, send, recv, transit_size)
+    # -- plumbing ---------------------------------------------------------------------------
+    def _sc_attach(self) -> CommRuntime:
+        runtime = self._sc_runtime
+        if runtime is None:
+            runtime = self._sc_runtime = runtime_of(self, self._sc_topology)
+        return runtime
 
-    def _size_pass(self, pattern, send) -> dict:
-        """Byte sizes of the items this rank receives, for v/w calls of multi-step patterns.
+    def _sc_call(self, collective: str) -> CallPlan:
+        """The runtime's plan for ``collective`` (kept per wrapper: a local shortcut only)."""
+        calls = self.__dict__.get("_sc_calls")
+        if calls is None:
+            calls = self.__dict__["_sc_calls"] = {}
+        call = calls.get(collective)
+        if call is None:
+            call = calls[collective] = self._sc_attach().call_plan(self._sc_plan, collective)
+        return call
 
-        An intermediate rank cannot know the size of an item it only forwards, so the
-        same Pattern runs once on one int64 per item (the size its origin sends); a
-        persistent request pays this once, at init.
+    def _sc_adopt(self, new, *, attach: bool = True):
+        """Wrap a communicator made from this one (Dup, Clone, Idup) with the same plan.
+
+        ``attach``: make its runtime now (collective; not for Idup, whose communicator is
+        usable only once its request completes: the first collective call makes it then).
         """
-        state = self._sc_state
-        topology = state.topology
-        own = numpy.array([c * t.Get_size() for c, t in zip(send.counts, send.types)], dtype=numpy.int64)
-        nrecv = max(topology.indegree, 1)
-        arrived = numpy.zeros(nrecv, dtype=numpy.int64)
-        send_sizes = Blocks(own.ctypes.data, (1,) * len(own), tuple(8 * k for k in range(len(own))),
-                            (MPI.INT64_T,) * len(own), own)
-        recv_sizes = Blocks(arrived.ctypes.data, (1,) * topology.indegree,
-                            tuple(8 * k for k in range(topology.indegree)),
-                            (MPI.INT64_T,) * topology.indegree, arrived)
-        schedule = bind(pattern, topology, send_sizes, recv_sizes, lambda item: (1, MPI.INT64_T))
-        executor = Executor(state.private, schedule, 0)
-        try:
-            executor.run()
-            return {item: ctypes.c_int64.from_address(piece[0]).value
-                    for item, piece in schedule.received.items()}
-        finally:
-            executor.free()
+        new.__dict__.update(_sc_plan=self._sc_plan, _sc_topology=self._sc_attach().topology)
+        if attach:
+            new._sc_attach()
+        return new
 
-    def _cached_schedule(self, collective: str, send, recv, key):
-        """The bound Schedule of the call, from the cache or bound now (and cached)."""
-        schedules = self._sc_state.schedules
-        schedule = schedules.recall(key)
-        if schedule is None:
-            schedule = self._bind(collective, send, recv)
-            schedules.keep(key, schedule)
-        return schedule
+    # -- the collectives ------------------------------------------------------------------------
+    def Neighbor_allgather(self, sendbuf, recvbuf) -> None:
+        """Blocking neighborhood allgather: gather one block from every in-neighbor (receive block i from source i)."""
+        if self._sc_plan.native:
+            return super().Neighbor_allgather(sendbuf, recvbuf)
+        self._sc_attach().blocking(self._sc_call("allgather"), sendbuf, recvbuf)
 
-    def _call_key(self, collective: str, buffers) -> tuple:
-        """What decides a call's schedule: collective, resolved algorithm, buffer layout."""
-        return collective, self.resolved_algorithm(collective), buffers
+    def Ineighbor_allgather(self, sendbuf, recvbuf):
+        """Nonblocking neighborhood allgather; returns a request (Wait/Test/Free)."""
+        if self._sc_plan.native:
+            return super().Ineighbor_allgather(sendbuf, recvbuf)
+        return self._sc_attach().nonblocking(self._sc_call("allgather"), sendbuf, recvbuf)
 
-    def _blocking(self, collective: str, sendbuf, recvbuf) -> None:
-        send, recv, buffers = self._parse(collective, sendbuf, recvbuf)
-        if self._sc_rebind:  # non-persistent mode: bind on every call
-            self._run_once(collective, send, recv)
-            return
-        state = self._sc_state
-        key = self._call_key(collective, buffers)
-        executor = state.executors.recall(key)
-        if executor is None:
-            executor = self._executor(self._cached_schedule(collective, send, recv, key), 0)
-            state.executors.keep(key, executor)
-        executor.run()
+    def Neighbor_allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """Persistent neighborhood allgather: a request to Start and Wait repeatedly (``info``: for native)."""
+        if self._sc_plan.native:
+            return super().Neighbor_allgather_init(sendbuf, recvbuf, info)
+        return self._sc_attach().persistent(self._sc_call("allgather"), sendbuf, recvbuf)
 
-    def _nonblocking(self, collective: str, sendbuf, recvbuf) -> ScheduleRequest:
-        send, recv, buffers = self._parse(collective, sendbuf, recvbuf)
-        state = self._sc_state
-        channel = state.next_channel(persistent=False)
-        # the call's tags are its channel's (channels cycle); the requests of an earlier call
-        # of the same buffers on this channel are reused once it completed, else new ones are
-        # made for the bound schedule of these buffers (non-persistent mode: bound per call).
-        # Two outstanding calls share a schedule only if they share the receive buffer, which
-        # MPI forbids.
-        if self._sc_rebind:
-            executor, release = self._executor(self._bind(collective, send, recv), channel), None
-        else:
-            key = self._call_key(collective, buffers)
-            pool = state.idle_executors.recall(key)
-            executor = pool.pop(channel, None) if pool is not None else None
-            if executor is None:
-                executor = self._executor(self._cached_schedule(collective, send, recv, key), channel)
-            release = functools.partial(state.park, key, channel)
-        request = ScheduleRequest(executor, persistent=False, release=release)
-        request.Start()
-        return request
+    def Neighbor_allgatherv(self, sendbuf, recvbuf) -> None:
+        """Blocking neighborhood allgatherv: allgather with a count and displacement per receive block."""
+        if self._sc_plan.native:
+            return super().Neighbor_allgatherv(sendbuf, recvbuf)
+        self._sc_attach().blocking(self._sc_call("allgatherv"), sendbuf, recvbuf)
 
-    def _persistent(self, collective: str, sendbuf, recvbuf) -> ScheduleRequest:
-        send, recv, _ = self._parse(collective, sendbuf, recvbuf)
-        channel = self._sc_state.next_channel(persistent=True)
-        executor = self._executor(self._bind(collective, send, recv), channel)
-        return ScheduleRequest(executor, persistent=True)
+    def Ineighbor_allgatherv(self, sendbuf, recvbuf):
+        """Nonblocking neighborhood allgatherv; returns a request (Wait/Test/Free)."""
+        if self._sc_plan.native:
+            return super().Ineighbor_allgatherv(sendbuf, recvbuf)
+        return self._sc_attach().nonblocking(self._sc_call("allgatherv"), sendbuf, recvbuf)
 
-    def _native(self, method: str, *args):
-        return getattr(super(NeighborhoodMixin, self), method)(*args)
+    def Neighbor_allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """Persistent neighborhood allgatherv: a request to Start and Wait repeatedly (``info``: for native)."""
+        if self._sc_plan.native:
+            return super().Neighbor_allgatherv_init(sendbuf, recvbuf, info)
+        return self._sc_attach().persistent(self._sc_call("allgatherv"), sendbuf, recvbuf)
+
+    def Neighbor_alltoall(self, sendbuf, recvbuf) -> None:
+        """Blocking neighborhood alltoall: send block k to out-neighbor k, receive block i from in-neighbor i."""
+        if self._sc_plan.native:
+            return super().Neighbor_alltoall(sendbuf, recvbuf)
+        self._sc_attach().blocking(self._sc_call("alltoall"), sendbuf, recvbuf)
+
+    def Ineighbor_alltoall(self, sendbuf, recvbuf):
+        """Nonblocking neighborhood alltoall; returns a request (Wait/Test/Free)."""
+        if self._sc_plan.native:
+            return super().Ineighbor_alltoall(sendbuf, recvbuf)
+        return self._sc_attach().nonblocking(self._sc_call("alltoall"), sendbuf, recvbuf)
+
+    def Neighbor_alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """Persistent neighborhood alltoall: a request to Start and Wait repeatedly (``info``: for native)."""
+        if self._sc_plan.native:
+            return super().Neighbor_alltoall_init(sendbuf, recvbuf, info)
+        return self._sc_attach().persistent(self._sc_call("alltoall"), sendbuf, recvbuf)
+
+    def Neighbor_alltoallv(self, sendbuf, recvbuf) -> None:
+        """Blocking neighborhood alltoallv: alltoall with counts and displacements per block."""
+        if self._sc_plan.native:
+            return super().Neighbor_alltoallv(sendbuf, recvbuf)
+        self._sc_attach().blocking(self._sc_call("alltoallv"), sendbuf, recvbuf)
+
+    def Ineighbor_alltoallv(self, sendbuf, recvbuf):
+        """Nonblocking neighborhood alltoallv; returns a request (Wait/Test/Free)."""
+        if self._sc_plan.native:
+            return super().Ineighbor_alltoallv(sendbuf, recvbuf)
+        return self._sc_attach().nonblocking(self._sc_call("alltoallv"), sendbuf, recvbuf)
+
+    def Neighbor_alltoallv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """Persistent neighborhood alltoallv: a request to Start and Wait repeatedly (``info``: for native)."""
+        if self._sc_plan.native:
+            return super().Neighbor_alltoallv_init(sendbuf, recvbuf, info)
+        return self._sc_attach().persistent(self._sc_call("alltoallv"), sendbuf, recvbuf)
+
+    def Neighbor_alltoallw(self, sendbuf, recvbuf) -> None:
+        """Blocking neighborhood alltoallw: alltoall with counts, byte displacements and datatypes per block."""
+        if self._sc_plan.native:
+            return super().Neighbor_alltoallw(sendbuf, recvbuf)
+        self._sc_attach().blocking(self._sc_call("alltoallw"), sendbuf, recvbuf)
+
+    def Ineighbor_alltoallw(self, sendbuf, recvbuf):
+        """Nonblocking neighborhood alltoallw; returns a request (Wait/Test/Free)."""
+        if self._sc_plan.native:
+            return super().Ineighbor_alltoallw(sendbuf, recvbuf)
+        return self._sc_attach().nonblocking(self._sc_call("alltoallw"), sendbuf, recvbuf)
+
+    def Neighbor_alltoallw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """Persistent neighborhood alltoallw: a request to Start and Wait repeatedly (``info``: for native)."""
+        if self._sc_plan.native:
+            return super().Neighbor_alltoallw_init(sendbuf, recvbuf, info)
+        return self._sc_attach().persistent(self._sc_call("alltoallw"), sendbuf, recvbuf)
+
+
+    def Neighbor_allgatherw(self, sendbuf, recvbuf) -> None:
+        """Blocking neighborhood allgatherw: allgather with a count, byte displacement and datatype per
+        receive block (not in MPI; proposed by Träff and Hunold, ICPP 2019; recvbuf takes the W forms)."""
+        if self._sc_plan.native:
+            return super().Neighbor_alltoallw(*self._allgatherw_as_alltoallw(sendbuf, recvbuf))
+        self._sc_attach().blocking(self._sc_call("allgatherw"), sendbuf, recvbuf)
+
+    def Ineighbor_allgatherw(self, sendbuf, recvbuf):
+        """Nonblocking neighborhood allgatherw; returns a request (Wait/Test/Free)."""
+        if self._sc_plan.native:
+            return super().Ineighbor_alltoallw(*self._allgatherw_as_alltoallw(sendbuf, recvbuf))
+        return self._sc_attach().nonblocking(self._sc_call("allgatherw"), sendbuf, recvbuf)
+
+    def Neighbor_allgatherw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """Persistent neighborhood allgatherw: a request to Start and Wait repeatedly (``info``: for native)."""
+        if self._sc_plan.native:
+            return super().Neighbor_alltoallw_init(*self._allgatherw_as_alltoallw(sendbuf, recvbuf), info)
+        return self._sc_attach().persistent(self._sc_call("allgatherw"), sendbuf, recvbuf)
 
     def _allgatherw_as_alltoallw(self, sendbuf, recvbuf):
         """MPI has no allgatherw: express it as alltoallw with every send block at displacement 0."""
         send = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
-        outdegree = self._sc_state.topology.outdegree
+        outdegree = self._sc_attach().topology.outdegree
         address, count, datatype = send.piece(0)
         return [MPI.BOTTOM, [count] * outdegree, [address] * outdegree, [datatype] * outdegree], recvbuf
 
-    # -- pickle-based -----------------------------------------------------------------
+    # -- pickle-based -------------------------------------------------------------------------
     def neighbor_allgather(self, sendobj):
         """Gather a picklable object from every in-neighbor (None for PROC_NULL)."""
-        if self._sc_algorithm == "native":
-            return self._native("neighbor_allgather", sendobj)
-        topology = self._sc_state.topology
+        if self._sc_plan.native:
+            return super().neighbor_allgather(sendobj)
+        runtime = self._sc_attach()
+        topology = runtime.topology
         data = MPI.pickle.dumps(sendobj)
         sizes = numpy.zeros(topology.indegree, dtype=numpy.int64)
-        self._uncached("allgather", [numpy.array([len(data)], dtype=numpy.int64), MPI.INT64_T],
-                       [sizes, MPI.INT64_T])
+        runtime.run_uncached(self._sc_call("allgather"), [numpy.array([len(data)], dtype=numpy.int64), MPI.INT64_T],
+                             [sizes, MPI.INT64_T])
         received = bytearray(int(sizes.sum()))
         displs = _displacements(sizes)
-        self._uncached("allgatherv", [data, MPI.BYTE],
-                       [received, (sizes.tolist(), displs.tolist()), MPI.BYTE])
+        runtime.run_uncached(self._sc_call("allgatherv"), [data, MPI.BYTE],
+                             [received, (sizes.tolist(), displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
                 for s, d, n in zip(topology.sources, displs.tolist(), sizes.tolist())]
 
     def neighbor_alltoall(self, sendobj):
         """Send picklable object k to out-neighbor k; return one object per in-neighbor."""
-        if self._sc_algorithm == "native":
-            return self._native("neighbor_alltoall", sendobj)
-        topology = self._sc_state.topology
+        if self._sc_plan.native:
+            return super().neighbor_alltoall(sendobj)
+        runtime = self._sc_attach()
+        topology = runtime.topology
         try:
             objects = list(sendobj)
         except TypeError:
@@ -426,142 +277,40 @@ class NeighborhoodMixin:
         pickled = [MPI.pickle.dumps(obj) for obj in objects]
         send_sizes = numpy.array([len(p) for p in pickled], dtype=numpy.int64)
         recv_sizes = numpy.zeros(topology.indegree, dtype=numpy.int64)
-        self._uncached("alltoall", [send_sizes, MPI.INT64_T], [recv_sizes, MPI.INT64_T])
+        runtime.run_uncached(self._sc_call("alltoall"), [send_sizes, MPI.INT64_T], [recv_sizes, MPI.INT64_T])
         data = b"".join(pickled)
         received = bytearray(int(recv_sizes.sum()))
         recv_displs = _displacements(recv_sizes)
         send_displs = _displacements(send_sizes)
-        self._uncached("alltoallv", [data, (send_sizes.tolist(), send_displs.tolist()), MPI.BYTE],
-                       [received, (recv_sizes.tolist(), recv_displs.tolist()), MPI.BYTE])
+        runtime.run_uncached(self._sc_call("alltoallv"),
+                             [data, (send_sizes.tolist(), send_displs.tolist()), MPI.BYTE],
+                             [received, (recv_sizes.tolist(), recv_displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
                 for s, d, n in zip(topology.sources, recv_displs.tolist(), recv_sizes.tolist())]
 
-    def _uncached(self, collective: str, sendbuf, recvbuf) -> None:
-        """A blocking call whose buffers are temporary: bind, run, free."""
-        send, recv = self._parse_uncached(collective, sendbuf, recvbuf)
-        self._run_once(collective, send, recv)
+    # -- new communicators keep the plan; lifetime -----------------------------------------------
+    def Dup(self, info=None):
+        """Duplicate the communicator (collective); the copy runs the same algorithm and options."""
+        return self._sc_adopt(super().Dup(info))
 
-    def _run_once(self, collective: str, send, recv) -> None:
-        """Bind, run and free a blocking call's executor (nothing cached)."""
-        executor = self._executor(self._bind(collective, send, recv), 0)
-        try:
-            executor.run()
-        finally:
-            executor.free()
+    def Dup_with_info(self, info):
+        """Duplicate with ``info`` (collective); the copy runs the same algorithm and options."""
+        return self._sc_adopt(super().Dup_with_info(info))
 
-    # -- lifetime -----------------------------------------------------------------------
+    def Clone(self):
+        """Clone the communicator (collective); the copy runs the same algorithm and options."""
+        return self._sc_adopt(super().Clone())
+
+    def Idup(self, info=None):
+        """Nonblocking duplicate: ``(communicator, request)``; the copy runs the same algorithm and options."""
+        new, request = super().Idup(info)
+        return self._sc_adopt(new, attach=False), request
+
     def Free(self) -> None:
         """Free the communicator and everything sparsecoll attached to it (collective)."""
-        self.__dict__.pop("_sc_shared", None)
-        super().Free()  # deletes the attribute, which frees the shared state
-
-
-_SUMMARIES = {
-    "allgather": "gather one block from every in-neighbor (receive block i from source i)",
-    "allgatherv": "allgather with a count and displacement per receive block",
-    "allgatherw": "allgather with a count, byte displacement and datatype per receive block "
-                  "(not in MPI; proposed by Träff and Hunold, ICPP 2019; recvbuf takes the W forms)",
-    "alltoall": "send block k to out-neighbor k, receive block i from in-neighbor i",
-    "alltoallv": "alltoall with counts and displacements per block",
-    "alltoallw": "alltoall with counts, byte displacements and datatypes per block",
-}
-
-
-def _collective_method(collective: str, kind: str):
-    """The mpi4py-named method for one collective and kind (blocking/nonblocking/persistent).
-
-    With ``algorithm="native"`` it calls mpi4py's own method (for allgatherw, MPI's
-    alltoallw with every send block at displacement 0); otherwise sparsecoll's schedule.
-    """
-    stem = {"blocking": "Neighbor_{}", "nonblocking": "Ineighbor_{}", "persistent": "Neighbor_{}_init"}[kind]
-    name = stem.format(collective)
-    native_name = stem.format("alltoallw" if collective == "allgatherw" else collective)
-    run = {"blocking": NeighborhoodMixin._blocking, "nonblocking": NeighborhoodMixin._nonblocking,
-           "persistent": NeighborhoodMixin._persistent}[kind]
-
-    def method(self, sendbuf, recvbuf, *info):
-        if self._sc_algorithm == "native":
-            if collective == "allgatherw":
-                sendbuf, recvbuf = self._allgatherw_as_alltoallw(sendbuf, recvbuf)
-            return self._native(native_name, sendbuf, recvbuf, *info)
-        return run(self, collective, sendbuf, recvbuf)
-
-    returns = {"blocking": "", "nonblocking": "; returns a request (Wait/Test/Free)",
-               "persistent": "; returns a persistent request (Start/Wait/Test/Free), restartable"}[kind]
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"{kind.capitalize()} neighborhood {collective}: {_SUMMARIES[collective]}{returns}."
-    if kind == "persistent":
-        method.__doc__ += " ``info`` is passed to MPI for ``native`` and otherwise ignored."
-    return method
-
-
-for _collective in _SUMMARIES:
-    for _kind in ("blocking", "nonblocking", "persistent"):
-        _method = _collective_method(_collective, _kind)
-        setattr(NeighborhoodMixin, _method.__name__, _method)
-del _collective, _kind, _method
-
-
-def _call_signature(sendbuf, recvbuf):
-    """What pins the parse of two buffer arguments, or None where nothing cheap does.
-
-    Covered: a plain numpy array, or a list or tuple spec whose first entry is one; the
-    array by identity, dtype, shape, strides and writability (the parsed Blocks keep it
-    alive, so an identity is not reused while it is kept), the rest of the spec (ints,
-    ``None``, predefined datatypes, (nested) lists of ints, numpy arrays of counts or
-    displacements) by value. Anything else (other buffer objects, derived datatypes) is
-    parsed on every call.
-    """
-    signature = (_argument_signature(sendbuf), _argument_signature(recvbuf))
-    return None if _UNPINNED in signature else signature
-
-
-_UNPINNED = object()  # a spec part without a cheap signature
-
-
-def _argument_signature(spec):
-    """One buffer argument's signature: its array by identity, the rest by value."""
-    kind = type(spec)
-    if kind is numpy.ndarray:
-        return _array_identity(spec)
-    if (kind is list or kind is tuple) and spec and type(spec[0]) is numpy.ndarray:
-        rest = _value_signature(spec[1:], 0)
-        return _UNPINNED if rest is _UNPINNED else (_array_identity(spec[0]), rest)
-    return _UNPINNED
-
-
-def _array_identity(array: numpy.ndarray) -> tuple:
-    return (id(array), array.dtype, array.shape, array.strides, array.flags.writeable)
-
-
-def _value_signature(spec, depth: int):
-    """Counts, displacements and datatypes by value (their contents decide the layout)."""
-    kind = type(spec)
-    if kind is int or spec is None:
-        return spec
-    if kind is numpy.ndarray:
-        return ("array", spec.dtype.str, spec.shape, spec.tobytes())
-    if kind is list or kind is tuple:
-        if depth == 3:
-            return _UNPINNED
-        parts = []
-        for part in spec:
-            signature = _value_signature(part, depth + 1)
-            if signature is _UNPINNED:
-                return _UNPINNED
-            parts.append(signature)
-        return (kind, tuple(parts))
-    if isinstance(spec, MPI.Datatype):
-        handle = spec.handle
-        if handle in _PREDEFINED_HANDLES:
-            return ("datatype", handle)
-        if spec.is_predefined:  # a predefined handle is never given to a derived datatype
-            _PREDEFINED_HANDLES.add(handle)
-            return ("datatype", handle)
-    return _UNPINNED
-
-
-_PREDEFINED_HANDLES: set = set()  # handles of the predefined datatypes met so far
+        self.__dict__.pop("_sc_runtime", None)
+        self.__dict__.pop("_sc_calls", None)
+        super().Free()  # deletes the attribute, which frees the runtime
 
 
 def _displacements(sizes: numpy.ndarray) -> numpy.ndarray:
@@ -581,6 +330,58 @@ class Distgraphcomm(NeighborhoodMixin, MPI.Distgraphcomm):
     """A distributed graph communicator with sparsecoll's neighborhood collectives."""
 
 
+class CartNeighborhoodComm(Distgraphcomm):
+    """A distributed graph of identical relative neighborhoods on a process grid (Träff and Hunold,
+    ICPP 2019, Listings 1 and 2): made by :func:`sparsecoll.cart_neighborhood_create`, or by
+    :func:`wrap` with ``grid=`` when it detects such neighborhoods."""
+
+    @property
+    def grid(self) -> Grid:
+        """The process grid (dimension sizes and periodicity)."""
+        return grid_of(self.topology)
+
+    @property
+    def offsets(self) -> tuple:
+        """The offsets ``N[0..t-1]`` every rank shares: as given to :func:`cart_neighborhood_create`,
+        or canonical and sorted when detected by :func:`sparsecoll.wrap` with ``grid=``."""
+        return self.topology.offsets
+
+    def relative_rank(self, offset) -> int:
+        """Rank of the process at ``R + offset`` (``PROC_NULL`` off a non-periodic mesh)."""
+        return self.grid.shift(self.Get_rank(), self._offset(offset))
+
+    def relative_shift(self, offset) -> tuple:
+        """``(source, dest)``: the ranks at ``R - offset`` and ``R + offset``."""
+        offset = self._offset(offset)
+        rank = self.Get_rank()
+        return self.grid.shift(rank, offset, -1), self.grid.shift(rank, offset, +1)
+
+    def relative_coord(self, rank: int) -> tuple:
+        """The offset from this process to ``rank`` (periodic coordinates in ``[-(p//2), p - p//2)``)."""
+        size = self.Get_size()
+        if not is_integer(rank) or not 0 <= rank < size:
+            raise ValueError(f"rank: expected an integer in [0, {size}), got {rank!r}")
+        return self.grid.relative(self.Get_rank(), int(rank))
+
+    def neighbor_count(self) -> int:
+        """``t``: the number of offsets (``PROC_NULL`` neighbors included)."""
+        return len(self.offsets)
+
+    def neighbor_get(self) -> tuple:
+        """``(sources, sourceweights, dests, destweights)`` in offset order (weights None if unweighted)."""
+        topology = self.topology
+        return (list(topology.sources), _listed(topology.source_weights),
+                list(topology.destinations), _listed(topology.dest_weights))
+
+    def _offset(self, offset) -> tuple:
+        (offset,) = check_offsets([offset], self.grid.ndim)
+        return offset
+
+
+def _listed(weights):
+    return None if weights is None else list(weights)
+
+
 _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgraphcomm, Distgraphcomm))
 
 
@@ -591,9 +392,9 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     Collective over ``comm`` the first time a handle is wrapped (it duplicates the
     communicator for library traffic). The result is an instance of ``comm``'s own
     mpi4py class sharing its handle. Wrapping a wrapped communicator returns a new
-    wrapper with the new algorithm on the same handle and shared state.
+    wrapper with the new algorithm on the same handle and runtime.
     ``algorithm`` is ``"auto"`` or a name from :func:`sparsecoll.algorithms`;
-    ``options`` are the algorithm's options; ``grid=(dims, periods)`` (or the
+    ``options`` are the algorithm's options, checked here; ``grid=(dims, periods)`` (or the
     ``MPI.Cartcomm`` a distributed graph was built on) asks to detect whether the
     neighborhoods are translations of one offset list on that grid, which enables the
     Cartesian algorithms (collective; the result is a ``CartNeighborhoodComm``).
@@ -601,10 +402,6 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     instead of caching it (the non-persistent mode of the HiPC 2017 paper's
     evaluation); ``*_init`` requests always bind once.
     """
-    algorithms.check_name(algorithm)
-    if not isinstance(rebind, bool):
-        raise TypeError(f"rebind: expected a bool, got {type(rebind).__name__}")
-    options = algorithms.check_options(algorithm, options)
     for mpi_class, wrapper_class in _WRAPPERS:
         if isinstance(comm, mpi_class):
             break
@@ -613,19 +410,17 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
                         f"Distgraphcomm), got {type(comm).__name__}")
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
+    plan = make_plan(algorithm, options, rebind, comm.Get_size())
     if isinstance(comm, NeighborhoodMixin):
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
-    state = comm.__dict__.get("_sc_shared") if isinstance(comm, NeighborhoodMixin) else None
-    if state is None:
-        state = _state_of(comm, topology)
-    if options.get(cartesian_topology.GRID_OPTION) is not None and state.topology.offsets is None:
-        state.topology = cartesian_topology.detect(state.private, state.topology, options[cartesian_topology.GRID_OPTION])
-    if wrapper_class is Distgraphcomm and cartesian_topology.is_cartesian(state.topology):
-        from .cartcomm import CartNeighborhoodComm
+    runtime = existing_runtime(comm)
+    if runtime is None:
+        runtime = runtime_of(comm, topology if topology is not None else getattr(comm, "_sc_topology", None))
+    grid_option = plan.options.get(cartesian_topology.GRID_OPTION)
+    if grid_option is not None and runtime.topology.offsets is None:
+        runtime.set_topology(cartesian_topology.detect(runtime.private, runtime.topology, grid_option))
+    if wrapper_class is Distgraphcomm and cartesian_topology.is_cartesian(runtime.topology):
         wrapper_class = CartNeighborhoodComm
     wrapped = wrapper_class(comm)
-    wrapped.__dict__["_sc_shared"] = state
-    wrapped._sc_algorithm = algorithm
-    wrapped._sc_options = options
-    wrapped._sc_rebind = rebind
+    wrapped.__dict__.update(_sc_plan=plan, _sc_runtime=runtime)
     return wrapped

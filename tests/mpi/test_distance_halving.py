@@ -23,7 +23,9 @@ def graph(density: float, seed: int):
 def test_detected_placement_is_reported():
     raw = graph(0.5, 1)
     try:
-        info = sparsecoll.wrap(raw, "distance_halving").plan_stats("allgather")
+        comm = sparsecoll.wrap(raw, "distance_halving")
+        comm.pattern("allgather")
+        info = comm.plan_stats("allgather")
     finally:
         raw.Free()
     assert info["placement_source"].startswith("detected: 1 node(s)")
@@ -38,12 +40,10 @@ def test_detected_placement_is_reported():
 def test_bad_override_raises_on_every_rank():
     raw = graph(0.5, 2)
     try:
-        comm = sparsecoll.wrap(raw, "distance_halving", ranks_per_socket=WORLD.Get_size() + 1)
-        with pytest.raises(ValueError, match="larger than the communicator"):
-            comm.plan_stats("allgather")
-        comm = sparsecoll.wrap(raw, "distance_halving", ranks_per_socket=0)
+        with pytest.raises(ValueError, match="larger than the communicator"):  # at wrap, before any message
+            sparsecoll.wrap(raw, "distance_halving", ranks_per_socket=WORLD.Get_size() + 1)
         with pytest.raises(ValueError, match="ranks_per_socket: expected a positive integer, got 0"):
-            comm.plan_stats("allgather")
+            sparsecoll.wrap(raw, "distance_halving", ranks_per_socket=0)
     finally:
         raw.Free()
 
@@ -58,6 +58,7 @@ def test_agents_agree_and_results_match_direct(density, L):
         raw = graph(density, seed)
         try:
             comm = sparsecoll.wrap(raw, "distance_halving", ranks_per_socket=L)
+            comm.pattern("allgather")
             info = comm.plan_stats("allgather")
             everyone = WORLD.allgather((info["agents"], info["origins"]))
             me = WORLD.Get_rank()

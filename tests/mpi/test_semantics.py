@@ -51,7 +51,7 @@ def test_rewrap_shares_state_and_switches_algorithm(ring):
     native = sparsecoll.wrap(direct, "native")
     again = sparsecoll.wrap(ring, "auto")
     assert native == direct and native.algorithm == "native" and direct.algorithm == "direct"
-    assert native._sc_state is direct._sc_state is again._sc_state
+    assert native.runtime is direct.runtime is again.runtime
     assert again.plan_stats("alltoall")["algorithm"] == "direct"
 
 
@@ -249,11 +249,11 @@ def test_free_releases_library_state():
     comm = WORLD.Create_cart([WORLD.Get_size()], periods=[True])
     wrapped = sparsecoll.wrap(comm, "direct")
     wrapped.Neighbor_allgather(numpy.zeros(1, "i4"), numpy.zeros(2, "i4"))
-    state = wrapped._sc_state
-    assert state.private != MPI.COMM_NULL and state.executors
+    runtime = wrapped.runtime
+    assert runtime.private != MPI.COMM_NULL and runtime.cache_sizes()["blocking_executors"]
     wrapped.Free()
     assert wrapped == MPI.COMM_NULL
-    assert state.private == MPI.COMM_NULL and not state.executors
+    assert runtime.private == MPI.COMM_NULL and not any(runtime.cache_sizes().values())
 
 
 # -- bad input: every rank passes the same bad argument, so nobody waits -----------
@@ -290,7 +290,7 @@ def test_bad_input_raises_before_sending(ring, case, mode):
     with pytest.raises(error, match=argument):
         getattr(wrapped, name)(*args(1))
     WORLD.Barrier()
-    assert not wrapped._sc_state.private.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+    assert not wrapped.runtime.private.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
 
 
 def test_bad_wrap_arguments(ring):

@@ -2,10 +2,12 @@
 
 An algorithm has a name, the collective families it supports, a ``build`` function
 ``build(topology, comm, options, family) -> Pattern`` (collective over ``comm`` when it runs a
-protocol; ``None`` for ``native``, which calls the MPI library), an optional
-``supports(topology) -> reason or None`` check, its options with defaults, and an optional
-``check(options) -> options`` that validates them (called by :func:`check_options`, so bad
-values raise before any message is sent).
+protocol, flagged by ``builds_locally=False``), an optional ``supports(topology) -> reason or
+None`` check, its options with defaults, and an optional ``check(options, size) -> options``
+that validates them for a communicator of ``size`` ranks (called by :func:`check_options` at
+``wrap``, so bad values raise before any message is sent). ``runs_library=True`` marks the
+entry whose calls go straight to the MPI library (``native``); its ``build`` gives the
+one-step pattern the library uses, which ``plan_stats`` reports.
 ``"auto"`` is resolved by :func:`choose`.
 """
 
@@ -29,6 +31,8 @@ class Algorithm:
     supports: Optional[Callable] = None
     options: dict = field(default_factory=dict)
     check: Optional[Callable] = None
+    builds_locally: bool = True
+    runs_library: bool = False
 
     def unsupported_reason(self, topology, family: str) -> Optional[str]:
         """Why this algorithm cannot run ``family`` on ``topology`` (None if it can)."""
@@ -84,8 +88,11 @@ def explain_choice(topology, family: str, options: dict) -> dict:
     return {"algorithm": "direct"}
 
 
-def check_options(name: str, options: dict) -> dict:
-    """Reject options no candidate algorithm knows; fill in defaults."""
+def check_options(name: str, options: dict, size: int) -> dict:
+    """Reject options no candidate algorithm knows, and bad values; fill in defaults.
+
+    ``size`` is the number of ranks of the communicator the options are for.
+    """
     known = {}
     candidates = REGISTRY.values() if name == "auto" else [get(name)]
     for algorithm in candidates:
@@ -96,7 +103,7 @@ def check_options(name: str, options: dict) -> dict:
     merged = {**known, **options}
     for algorithm in candidates:
         if algorithm.check is not None:
-            merged.update(algorithm.check({key: merged[key] for key in algorithm.options}))
+            merged.update(algorithm.check({key: merged[key] for key in algorithm.options}, size))
     return merged
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
+from ..checks import nonnegative_number
 from ..pattern import ALLTOALL, Message, Pattern, Step, gather_item, personal_item
 from ..topology import PROC_NULL, Topology
 from ..topology.cartesian import GRID_OPTION, Grid, grid_of, is_cartesian, routes
@@ -255,6 +256,14 @@ def unsupported(topology: Topology) -> Optional[str]:
 OPTIONS = {GRID_OPTION: None, "alpha": DEFAULT_ALPHA, "beta": DEFAULT_BETA, "block_bytes": DEFAULT_BLOCK_BYTES}
 
 
+def check_options(options: dict, size: int) -> dict:
+    """Registry hook: the Hockney parameters of the automatic choice are non-negative numbers."""
+    checked = dict(options)
+    for name in ("alpha", "beta", "block_bytes"):
+        checked[name] = nonnegative_number(options.get(name, OPTIONS[name]), name)
+    return checked
+
+
 def _build_combining(topology: Topology, comm, options: dict, family: str) -> Pattern:
     """Registry entry point of ``cartesian`` (purely local)."""
     return combining_pattern(topology, family)
@@ -305,11 +314,11 @@ def auto_choice(topology: Topology, family: str, options: dict) -> dict:
 TRIVIAL = register(Algorithm(
     name="cartesian_trivial",
     summary="Cartesian neighborhoods: one send-receive round per offset (Träff-Hunold Listing 4)",
-    build=_build_trivial, paper=PAPER, supports=unsupported, options=OPTIONS,
+    build=_build_trivial, paper=PAPER, supports=unsupported, options=OPTIONS, check=check_options,
 ))
 
 COMBINING = register(Algorithm(
     name="cartesian",
     summary="Cartesian neighborhoods: dimension-wise message combining (Träff-Hunold Algorithms 1, 2)",
-    build=_build_combining, paper=PAPER, supports=unsupported, options=OPTIONS,
+    build=_build_combining, paper=PAPER, supports=unsupported, options=OPTIONS, check=check_options,
 ))

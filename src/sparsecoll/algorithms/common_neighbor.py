@@ -106,7 +106,7 @@ def check_theta(theta) -> int:
     return positive_integer(theta, "theta")
 
 
-def check_options(options: dict) -> dict:
+def check_options(options: dict, size: int) -> dict:
     """Registry hook: validate this algorithm's options before any message is sent."""
     return {**options, "theta": check_theta(options.get("theta", DEFAULT_THETA))}
 
@@ -432,4 +432,5 @@ ALGORITHM = register(Algorithm(
           "Neighborhood Collectives, HiPC 2017 (Algorithms 1-3)",
     options={"theta": DEFAULT_THETA},
     check=check_options,
+    builds_locally=False,
 ))

@@ -69,6 +69,7 @@ from mpi4py import MPI
 
 from ..pattern import ALLGATHER, Message, Pattern, Step, gather_item
 from ..topology import PROC_NULL, Topology
+from ..topology.placement import override as placement_override
 from ..topology.placement import resolve as resolve_placement
 from . import Algorithm, register
 
@@ -393,6 +394,12 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     return pattern_of(plan, halving_depth(comm.Get_size(), L))
 
 
+def check_options(options: dict, size: int) -> dict:
+    """Registry hook: the placement options must fit a communicator of ``size`` ranks."""
+    placement_override(size, options.get("ranks_per_socket"), options.get("sockets_per_node"))
+    return options
+
+
 ALGORITHM = register(Algorithm(
     name="distance_halving",
     summary="topology- and load-aware distance halving with agents (allgather family)",
@@ -401,4 +408,6 @@ ALGORITHM = register(Algorithm(
     paper="Sharifian, Sojoodi, Afsahi: A Topology- and Load-Aware Design for Neighborhood Allgather, "
           "IEEE Cluster 2023",
     options={"ranks_per_socket": None, "sockets_per_node": None},
+    check=check_options,
+    builds_locally=False,
 ))

@@ -154,8 +154,8 @@ def phase1_seconds(world, comm, collective: str, repetitions: int) -> dict:
         raise ValueError(f"repetitions: expected at least 1, got {repetitions}")
     name = comm.resolved_algorithm(collective)
     algorithm = REGISTRY[name]
-    options = comm._sc_options  # the wrapper's options, as its own pattern() uses them
-    private = comm._sc_state.private
+    options = comm.options  # the wrapper's options, as its own pattern() uses them
+    private = comm.runtime.private
     wall, cpu = numpy.empty(repetitions), numpy.empty(repetitions)
     for k in range(repetitions):
         world.Barrier()
@@ -179,15 +179,17 @@ def phase2_seconds(world, comm, collective: str, buffers: Buffers, repetitions: 
     if repetitions < 1:
         raise ValueError(f"repetitions: expected at least 1, got {repetitions}")
     from ..execute.p2p import Executor
-    private = comm._sc_state.private
+    runtime = comm.runtime
+    call_plan = runtime.call_plan(comm.plan, collective)
     bind_wall, wall, cpu = numpy.empty(repetitions), numpy.empty(repetitions), numpy.empty(repetitions)
     for k in range(repetitions):
         world.Barrier()
         start, start_cpu = time.perf_counter(), time.thread_time()
-        send, recv = comm._parse_uncached(collective, buffers.sendspec, buffers.recvspec)
-        schedule = comm._bind(collective, send, recv)
+        send, recv = runtime.parse_uncached(collective, buffers.sendspec, buffers.recvspec)
+        sizes = runtime.run_size_pass(call_plan, send) if call_plan.size_pass else None
+        schedule = runtime.bind(call_plan, send, recv, sizes)
         bound = time.perf_counter()
-        executor = Executor(private, schedule, 0)  # channel 0: never run
+        executor = Executor(runtime.private, schedule, 0)  # channel 0: never run
         wall[k], cpu[k] = time.perf_counter() - start, time.thread_time() - start_cpu
         bind_wall[k] = bound - start
         executor.free()

@@ -2,14 +2,11 @@
 
 Each message of a bound Schedule becomes one derived datatype (a struct of its
 pieces over absolute addresses, sent from ``MPI.BOTTOM``), so no data is packed or
-copied by hand. The requests of a step are created once, then every run does one
-``Startall`` + ``Waitall`` per step; receives are listed before sends so they are
-posted first. Final local copies run as one extra step of messages to self.
-
-Tags: ``tag = channel * span + step``. Channel 0 serves blocking calls (they never
-overlap on one communicator); nonblocking calls and persistent requests get their
-own channels in call order, which is the same on every rank, so two outstanding
-collectives on one communicator never match each other's messages.
+copied by hand. The requests of a step are created once; a run starts each step's
+requests together (``Startall``) once the previous step has completed; receives are
+listed before sends so they are posted first. Final local copies run as one extra step
+of messages to self. Every message of the executor carries one tag, its call's channel
+(:mod:`sparsecoll.runtime.channels` says why that is enough).
 """
 
 from __future__ import annotations
@@ -17,10 +14,6 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from ..bind import Schedule
-
-_Startall = MPI.Prequest.Startall
-_Waitall = MPI.Request.Waitall
-_Testall = MPI.Request.Testall
 
 
 def message_datatype(pieces) -> MPI.Datatype:
@@ -38,18 +31,17 @@ class Executor:
 
     __slots__ = ("steps", "_datatypes", "_schedule")
 
-    def __init__(self, comm: MPI.Comm, schedule: Schedule, tag_base: int):
-        self._schedule = schedule  # keeps temporary space and user buffers alive
+    def __init__(self, comm: MPI.Comm, schedule: Schedule, tag: int):
+        self._schedule = schedule  # keeps its temporary space alive
         self._datatypes = []
         self.steps = []
-        for s, (sends, recvs) in enumerate(schedule.steps):
-            requests = [comm.Recv_init(self._buffer(m.pieces), m.peer, tag_base + s) for m in recvs]
-            requests += [comm.Send_init(self._buffer(m.pieces), m.peer, tag_base + s) for m in sends]
+        for sends, recvs in schedule.steps:
+            requests = [comm.Recv_init(self._buffer(m.pieces), m.peer, tag) for m in recvs]
+            requests += [comm.Send_init(self._buffer(m.pieces), m.peer, tag) for m in sends]
             if requests:
                 self.steps.append(requests)
         if schedule.copies:
             me = comm.Get_rank()
-            tag = tag_base + len(schedule.steps)
             requests = []
             for src, dst in schedule.copies:
                 requests.append(comm.Recv_init(self._buffer((dst,)), me, tag))
@@ -71,14 +63,8 @@ class Executor:
         self._datatypes.append(datatype)
         return [MPI.BOTTOM, 1, datatype]
 
-    def run(self) -> None:
-        """Run all steps to completion (a blocking collective)."""
-        for requests in self.steps:
-            _Startall(requests)
-            _Waitall(requests)
-
     def free(self) -> None:
-        """Release requests and datatypes (no step of the executor may be in flight)."""
+        """Release requests and datatypes (no step of the executor may be in flight; idempotent)."""
         for requests in self.steps:
             for request in requests:
                 request.Free()
@@ -87,100 +73,3 @@ class Executor:
         self.steps = []
         self._datatypes = []
         self._schedule = None
-
-
-class ScheduleRequest:
-    """A nonblocking or persistent neighborhood collective running an Executor.
-
-    Progress: the first step starts with the call (or ``Start()``); later steps are
-    started from ``Test()`` and ``Wait()``, so a multi-step schedule advances only
-    while the application tests or waits (as with MPI's own nonblocking
-    collectives in libraries without a progress thread). A one-step schedule (the
-    ``direct`` algorithm) progresses like plain MPI point-to-point requests.
-    """
-
-    __slots__ = ("_executor", "_steps", "_persistent", "_release", "_step", "_freed")
-
-    def __init__(self, executor: Executor, *, persistent: bool, release=None):
-        self._executor = executor
-        self._steps = executor.steps
-        self._persistent = persistent
-        self._release = release
-        self._step = -1  # -1: inactive; else the step in flight
-        self._freed = False
-
-    def Start(self) -> None:
-        """Start (or restart) the collective; new buffer contents are picked up."""
-        if self._step >= 0 or self._freed:
-            raise RuntimeError("request: Start() on an active or freed request")
-        self._step = 0
-        if self._steps:
-            _Startall(self._steps[0])
-
-    def _finish(self) -> None:
-        self._step = -1
-        if not self._persistent:
-            self._release_executor()
-
-    def _release_executor(self) -> None:
-        if self._executor is not None:
-            if self._release is not None:
-                self._release(self._executor)
-            else:
-                self._executor.free()
-            self._executor = None
-        self._freed = True
-
-    def Test(self, status=None) -> bool:
-        """Advance the schedule without blocking; True once the collective is complete."""
-        if self._step < 0:
-            return True
-        steps = self._steps
-        while self._step < len(steps):
-            if not _Testall(steps[self._step]):
-                return False
-            self._step += 1
-            if self._step < len(steps):
-                _Startall(steps[self._step])
-        self._finish()
-        return True
-
-    def Wait(self, status=None) -> bool:
-        """Block until the collective is complete."""
-        step = self._step
-        if step < 0:
-            return True
-        steps = self._steps
-        last = len(steps) - 1
-        while step < last:
-            _Waitall(steps[step])
-            step += 1
-            _Startall(steps[step])
-        if step == last:
-            _Waitall(steps[step])
-        self._finish()
-        return True
-
-    def Free(self) -> None:
-        """Release the request; an active request is completed first (as MPI_Request_free lets it finish)."""
-        if self._freed:
-            return
-        if self._step >= 0:
-            self.Wait()
-        if self._executor is not None:
-            self._release_executor()
-        self._freed = True
-
-    @property
-    def active(self) -> bool:
-        """Whether the collective was started and has not completed yet."""
-        return self._step >= 0
-
-    def __bool__(self) -> bool:
-        return not self._freed
-
-
-def waitall(requests) -> None:
-    """Wait for a list of sparsecoll (or mpi4py) requests."""
-    for request in requests:
-        request.Wait()

@@ -107,9 +107,9 @@ def build_patterns(topologies, algorithm: str, family: str, options: Optional[di
     topologies = list(topologies)
     family = family_of(family)
     entry = get_algorithm(algorithm)
-    if entry.build is None:
+    if entry.runs_library:
         raise NotImplementedError(f"algorithm {algorithm!r} has no pattern builder (it calls the MPI library)")
-    options = check_options(algorithm, dict(options or {}))
+    options = check_options(algorithm, dict(options or {}), len(topologies))
     for topology in topologies:
         reason = entry.unsupported_reason(topology, family)
         if reason is not None:

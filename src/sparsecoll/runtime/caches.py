@@ -1,0 +1,151 @@
+"""Caches of one communicator: they save local work only, and keep no user buffer alive.
+
+* :class:`Recent`: a bounded least-recently-used mapping (bound schedules, executors).
+* :class:`ParseCache`: parsed buffer arguments, keyed by a cheap signature of the call's
+  arguments: numpy arrays by identity (checked through a weak reference, so a freed
+  array whose ``id`` is reused is never mistaken for it), counts, displacements and
+  predefined datatypes by value.
+
+Nothing here decides what goes on the wire: a hit and a miss give the same messages.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+
+import numpy
+from mpi4py import MPI
+
+#: Entries kept per cache and communicator.
+CACHE_SIZE = 32
+
+
+class Recent(OrderedDict):
+    """A mapping that keeps the ``size`` most recently used entries."""
+
+    def __init__(self, evict=None, size: int = CACHE_SIZE):
+        super().__init__()
+        self._evict = evict  # called with each value pushed out
+        self._size = size
+
+    def recall(self, key):
+        """The value for ``key`` (or None), marked as just used."""
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def keep(self, key, value) -> None:
+        """Store ``value``, pushing out the least recently used entries beyond the size."""
+        self[key] = value
+        while len(self) > self._size:
+            old = self.popitem(last=False)[1]
+            if self._evict is not None:
+                self._evict(old)
+
+    def drop_all(self) -> None:
+        """Empty the cache, evicting every entry."""
+        while self:
+            old = self.popitem(last=False)[1]
+            if self._evict is not None:
+                self._evict(old)
+
+
+class ParseCache:
+    """Parsed buffer arguments of recent calls (see the module docstring)."""
+
+    def __init__(self, size: int = CACHE_SIZE):
+        self._entries = Recent(size=size)
+
+    def recall(self, signature, sendbuf, recvbuf):
+        """The parse kept for ``signature`` if its arrays are still the very objects passed."""
+        entry = self._entries.recall(signature)
+        if entry is None:
+            return None
+        send_ref, recv_ref, parsed = entry
+        if send_ref() is not _array_of(sendbuf) or recv_ref() is not _array_of(recvbuf):
+            del self._entries[signature]
+            return None
+        return parsed
+
+    def keep(self, signature, sendbuf, recvbuf, parsed) -> None:
+        """Remember ``parsed`` for ``signature`` (weakly referring to the arrays)."""
+        self._entries.keep(signature, (weakref.ref(_array_of(sendbuf)), weakref.ref(_array_of(recvbuf)), parsed))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        """Forget every parse."""
+        self._entries.clear()
+
+
+def _array_of(spec) -> numpy.ndarray:
+    return spec if type(spec) is numpy.ndarray else spec[0]
+
+
+def call_signature(sendbuf, recvbuf):
+    """What pins the parse of two buffer arguments, or None where nothing cheap does.
+
+    Covered: a plain numpy array, or a list or tuple spec whose first entry is one; the
+    array by identity, dtype, shape, strides and writability, the rest of the spec (ints,
+    ``None``, predefined datatypes, (nested) lists of ints, numpy arrays of counts or
+    displacements) by value. Anything else (other buffer objects, derived datatypes) is
+    parsed on every call.
+    """
+    send = _argument_signature(sendbuf)
+    if send is _UNPINNED:
+        return None
+    recv = _argument_signature(recvbuf)
+    if recv is _UNPINNED:
+        return None
+    return send, recv
+
+
+_UNPINNED = object()  # a spec part without a cheap signature
+
+
+def _argument_signature(spec):
+    """One buffer argument's signature: its array by identity, the rest by value."""
+    kind = type(spec)
+    if kind is numpy.ndarray:
+        return _array_identity(spec)
+    if (kind is list or kind is tuple) and spec and type(spec[0]) is numpy.ndarray:
+        rest = _value_signature(spec[1:], 0)
+        return _UNPINNED if rest is _UNPINNED else (_array_identity(spec[0]), rest)
+    return _UNPINNED
+
+
+def _array_identity(array: numpy.ndarray) -> tuple:
+    return (id(array), array.dtype, array.shape, array.strides, array.flags.writeable)
+
+
+def _value_signature(spec, depth: int):
+    """Counts, displacements and datatypes by value (their contents decide the layout)."""
+    kind = type(spec)
+    if kind is int or spec is None:
+        return spec
+    if kind is numpy.ndarray:
+        return ("array", spec.dtype.str, spec.shape, spec.tobytes())
+    if kind is list or kind is tuple:
+        if depth == 3:
+            return _UNPINNED
+        parts = []
+        for part in spec:
+            signature = _value_signature(part, depth + 1)
+            if signature is _UNPINNED:
+                return _UNPINNED
+            parts.append(signature)
+        return (kind, tuple(parts))
+    if isinstance(spec, MPI.Datatype):
+        handle = spec.handle
+        if handle in _PREDEFINED_HANDLES:
+            return ("datatype", handle)
+        if spec.is_predefined:  # a predefined handle is never given to a derived datatype
+            _PREDEFINED_HANDLES.add(handle)
+            return ("datatype", handle)
+    return _UNPINNED
+
+
+_PREDEFINED_HANDLES: set = set()  # handles of the predefined datatypes met so far

@@ -1,0 +1,86 @@
+"""Tag channels: which MPI tag the messages of one collective call use.
+
+Every message of one call carries the same tag, its channel. That is enough to match
+them: between two ranks, both sides list the messages of a call in step order (a step
+starts only when the previous one has completed on that rank), and MPI's
+non-overtaking rule matches messages of one tag between one pair in that order. What
+tags must separate are concurrent calls, so:
+
+* channel 0 serves blocking calls (they run one at a time per communicator, in the same
+  order on every rank), the size pass of persistent requests at init included;
+* nonblocking calls cycle through channels ``1..NONBLOCKING_CHANNELS`` in call order (the
+  same on every rank); before a call takes a channel, the previous call on it must have
+  completed its messages *on this rank* (the engine waits for it if need be). That
+  suffices: this rank's receives of the new call are posted only after every receive of
+  the old one has matched, and every peer sends the old call's messages on that tag
+  before the new call's, so no message of one call can match a receive of the other;
+* persistent requests take the channels above, one each, in creation order. A channel
+  whose earlier request is still alive on this rank is not reused: creating the request
+  fails with an error naming the limit (the communicator's tag range).
+
+All tags lie in ``0..TAG_UB`` of the private communicator (MPI guarantees at least 32767).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from .progress import wait_for_messages
+
+#: Channels cycled by nonblocking calls.
+NONBLOCKING_CHANNELS = 64
+#: Tags MPI guarantees on every communicator.
+GUARANTEED_TAG_UB = 32767
+
+
+class Channels:
+    """The tag channels of one private communicator."""
+
+    def __init__(self, tag_ub):
+        self.tag_ub = int(tag_ub) if tag_ub else GUARANTEED_TAG_UB
+        self.first_persistent = 1 + NONBLOCKING_CHANNELS
+        self.persistent_channels = self.tag_ub + 1 - self.first_persistent
+        self._nonblocking_calls = 0
+        self._persistent_calls = 0
+        self._nonblocking = [None] * (NONBLOCKING_CHANNELS + 1)  # channel -> request of the last call
+        self._persistent: dict = {}  # channel -> weak reference to its live request
+
+    def take_nonblocking(self) -> int:
+        """The channel of the next nonblocking call, once this rank's previous call on it is done."""
+        channel = 1 + self._nonblocking_calls % NONBLOCKING_CHANNELS
+        self._nonblocking_calls += 1
+        previous = self._nonblocking[channel]
+        if previous is not None:
+            self._nonblocking[channel] = None
+            wait_for_messages(previous)
+        return channel
+
+    def hold_nonblocking(self, channel: int, request) -> None:
+        """Record the request running on a nonblocking channel."""
+        self._nonblocking[channel] = request
+
+    def release_nonblocking(self, channel: int, request) -> None:
+        """The call on ``channel`` was completed by its owner."""
+        if self._nonblocking[channel] is request:
+            self._nonblocking[channel] = None
+
+    def take_persistent(self) -> int:
+        """The channel of the next persistent request (raises if it is still held here)."""
+        channel = self.first_persistent + self._persistent_calls % self.persistent_channels
+        self._persistent_calls += 1
+        holder = self._persistent.get(channel)
+        if holder is not None and holder() is not None and holder():
+            raise RuntimeError(
+                f"persistent request #{self._persistent_calls}: every one of the {self.persistent_channels} tag "
+                f"channels of this communicator (TAG_UB {self.tag_ub}) was used since request "
+                f"#{self._persistent_calls - self.persistent_channels}, which is still alive; Free() old "
+                f"persistent requests")
+        return channel
+
+    def hold_persistent(self, channel: int, request) -> None:
+        """Record the live persistent request on a channel."""
+        self._persistent[channel] = weakref.ref(request)
+
+    def release_persistent(self, channel: int) -> None:
+        """The persistent request on ``channel`` was freed."""
+        self._persistent.pop(channel, None)

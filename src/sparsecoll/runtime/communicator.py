@@ -1,0 +1,435 @@
+"""The runtime of one communicator handle: pattern -> bound schedule -> executor on a channel.
+
+One :class:`CommRuntime` per handle (stored as an MPI attribute, so every wrapper of the
+handle shares it) owns every decision that affects communication; see
+:mod:`sparsecoll.runtime` for the invariants it keeps.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import numpy
+from mpi4py import MPI
+
+from .. import algorithms
+from ..bind import bind, has_transit
+from ..buffers import Blocks, parse_simple, parse_vector, parse_w
+from ..execute.p2p import Executor
+from ..pattern import family_of, stats
+from ..topology import Topology, from_comm
+from .caches import CACHE_SIZE, ParseCache, Recent, call_signature
+from .channels import Channels
+from .plan import CallPlan, Plan
+from .progress import ENGINE, ScheduleRequest, run_stages
+
+#: Tag of blocking calls (and of the size pass of persistent requests at init).
+BLOCKING_CHANNEL = 0
+#: Buffer sets whose idle nonblocking executors are kept (at most one per channel each).
+NONBLOCKING_KEYS = 4
+
+PARSERS = {
+    # collective: (send parser, one send block per out-edge?, recv parser)
+    "allgather": (parse_simple, False, parse_simple),
+    "allgatherv": (parse_simple, False, parse_vector),
+    "allgatherw": (parse_simple, False, parse_w),
+    "alltoall": (parse_simple, True, parse_simple),
+    "alltoallv": (parse_vector, True, parse_vector),
+    "alltoallw": (parse_w, True, parse_w),
+}
+REGULAR = ("allgather", "alltoall")
+
+
+class CommRuntime:
+    """Everything sparsecoll keeps for one communicator handle.
+
+    Kept until ``Free`` (built or agreed collectively, so never dropped on one rank alone):
+    the private duplicate communicator, the Topology, the Patterns, the size-pass
+    decisions and the tag channels. Kept for at most :data:`CACHE_SIZE` recent argument
+    sets, and dropped by :meth:`release_caches` (local work only): parsed arguments, bound
+    schedules and the executors of blocking calls, and the idle executors of nonblocking
+    calls for :data:`NONBLOCKING_KEYS` buffer sets. None of them keeps a user buffer alive.
+    """
+
+    def __init__(self, comm: MPI.Comm, topology: Topology | None = None):
+        self.private = _plain(comm).Dup()  # collective
+        self.topology = topology if topology is not None else from_comm(comm)
+        self.channels = Channels(self.private.Get_attr(MPI.TAG_UB))
+        self.patterns: dict = {}  # (algorithm, options key, family) -> Pattern
+        self.build_seconds: dict = {}
+        self._size_pass_flags: dict = {}  # pattern key -> (v/w calls need it, regular calls need it)
+        self._call_plans: dict = {}  # (plan key, rebind, collective) -> CallPlan
+        self._choices: dict = {}  # (plan key, family) -> auto's choice with its reasons
+        self._parsed = ParseCache()
+        self._schedules = Recent()  # call key -> bound Schedule
+        self._blocking = Recent(evict=Executor.free)  # call key -> executor of blocking calls
+        # call key -> {channel: idle executor}; an executor in flight is out of its pool
+        self._idle = Recent(evict=_free_pool, size=NONBLOCKING_KEYS)
+        self.schedules_bound = 0  # bind() calls for collective calls
+
+    # -- the topology and the choice of algorithm (local, identical on every rank) ---------
+    def set_topology(self, topology: Topology) -> None:
+        """Replace the Topology (collective: after detecting a Cartesian neighborhood on every rank)."""
+        self.topology = topology
+        self._choices.clear()
+
+    def explain(self, plan: Plan, family: str) -> dict:
+        """The algorithm ``plan`` runs for ``family`` with the reasons (``auto`` asks the model)."""
+        choice = self._choices.get((plan.key, family))
+        if choice is None:
+            if plan.algorithm == "auto":
+                choice = algorithms.explain_choice(self.topology, family, dict(plan.options))
+            else:
+                choice = {"algorithm": plan.algorithm}
+            self._choices[(plan.key, family)] = choice
+        return choice
+
+    def resolve(self, plan: Plan, family: str) -> str:
+        """The registered algorithm ``plan`` runs for ``family``."""
+        return self.explain(plan, family)["algorithm"]
+
+    # -- patterns ---------------------------------------------------------------------------
+    def _pattern_key(self, plan: Plan, family: str) -> tuple:
+        return (self.resolve(plan, family), plan.key[1], family)
+
+    def pattern(self, plan: Plan, collective: str):
+        """This rank's Pattern for ``collective``'s family (built once; collective for protocols)."""
+        family = family_of(collective)
+        key = self._pattern_key(plan, family)
+        pattern = self.patterns.get(key)
+        if pattern is None:
+            algorithm = algorithms.get(key[0])
+            reason = algorithm.unsupported_reason(self.topology, family)
+            if reason is not None:
+                raise NotImplementedError(reason)
+            start = time.perf_counter()
+            pattern = algorithm.build(self.topology, self.private, dict(plan.options), family)
+            self.build_seconds[key] = time.perf_counter() - start
+            self.patterns[key] = pattern
+        return pattern
+
+    def built_pattern(self, plan: Plan, collective: str):
+        """The Pattern if this rank has it or can build it without communicating, else None."""
+        family = family_of(collective)
+        key = self._pattern_key(plan, family)
+        if key in self.patterns or algorithms.get(key[0]).builds_locally:
+            return self.pattern(plan, collective)
+        return None
+
+    def plan_stats(self, plan: Plan, collective: str) -> dict:
+        """Deterministic numbers of the schedule ``plan`` runs for ``collective`` (never communicates)."""
+        family = family_of(collective)
+        pattern = self.built_pattern(plan, collective)
+        if pattern is None:
+            name = self.resolve(plan, family)
+            raise RuntimeError(
+                f"plan_stats({collective!r}): the {name!r} pattern of the {family} family is built by a "
+                f"collective call; call Neighbor_{collective} (blocking, nonblocking or persistent) or "
+                f"comm.pattern({collective!r}) on every rank first")
+        result = {"algorithm": self.resolve(plan, family), **stats(pattern),
+                  "build_seconds": self.build_seconds.get(self._pattern_key(plan, family), 0.0)}
+        if plan.algorithm == "auto":
+            result["auto"] = self.explain(plan, family)
+        return result
+
+    def call_plan(self, plan: Plan, collective: str) -> CallPlan:
+        """What calls of ``collective`` run (collective the first time for this plan and family)."""
+        found = self._call_plans.get((plan.key, plan.rebind, collective))
+        if found is not None:
+            return found
+        pattern = self.pattern(plan, collective)
+        key = self._pattern_key(plan, family_of(collective))
+        flags = self._size_pass_flags.get(key)
+        if flags is None:
+            flags = self._size_pass_flags[key] = self._agree_on_size_pass(pattern)
+        vector_needs, regular_needs = flags
+        found = CallPlan(collective, key[0], pattern, regular_needs if collective in REGULAR else vector_needs,
+                         plan.rebind, (collective, plan.key))
+        self._call_plans[(plan.key, plan.rebind, collective)] = found
+        return found
+
+    def _agree_on_size_pass(self, pattern) -> tuple:
+        """Whether calls need the size pass, decided together (one allreduce per pattern).
+
+        v/w calls need it when any rank stores an item in transit; regular calls only
+        when such a rank has no block of its own to take the layout from (no edges at
+        all in the alltoall family).
+        """
+        topology = self.topology
+        transit = has_transit(pattern, topology)
+        blind = transit and pattern.family == "alltoall" and not (topology.indegree or topology.outdegree)
+        flags = self.private.allreduce(int(transit) | 2 * int(blind), op=MPI.BOR)
+        return bool(flags & 1), bool(flags & 2)
+
+    # -- arguments --------------------------------------------------------------------------
+    def parse(self, collective: str, sendbuf, recvbuf):
+        """``(send Blocks, recv Blocks, key of both)``: the buffer arguments checked and parsed.
+
+        Parsing costs several times the MPI call itself, so where both arguments have a
+        cheap signature (:func:`.caches.call_signature`) the result is kept for the next call.
+        """
+        signature = call_signature(sendbuf, recvbuf)
+        if signature is not None:
+            signature = (collective, signature)
+            parsed = self._parsed.recall(signature, sendbuf, recvbuf)
+            if parsed is not None:
+                return parsed
+        send, recv = self.parse_uncached(collective, sendbuf, recvbuf)
+        parsed = send, recv, (send.key(), recv.key())
+        if signature is not None:
+            self._parsed.keep(signature, sendbuf, recvbuf, parsed)
+        return parsed
+
+    def parse_uncached(self, collective: str, sendbuf, recvbuf):
+        """``(send Blocks, recv Blocks)`` of one call's buffer arguments."""
+        topology = self.topology
+        send_parser, per_edge, recv_parser = PARSERS[collective]
+        send = send_parser(sendbuf, topology.outdegree if per_edge else 1, readonly=True, arg="sendbuf")
+        recv = recv_parser(recvbuf, topology.indegree, readonly=False, arg="recvbuf")
+        return send, recv
+
+    # -- binding (Phase 2 of HiPC 2017) ----------------------------------------------------------
+    def bind(self, call: CallPlan, send: Blocks, recv: Blocks, sizes=None):
+        """The Schedule of one call: the Pattern bound to these buffers.
+
+        ``sizes`` are the item sizes of the call's size pass where the call plan needs one
+        (:meth:`size_pass_stages` / :meth:`run_size_pass`).
+        """
+        transit_size = None
+        if sizes is not None:
+            transit_size = lambda item: (sizes[item], MPI.BYTE)  # noqa: E731
+        elif call.collective in REGULAR:
+            # regular collectives: every block has the local receive (else send) layout
+            reference = recv if len(recv) else send
+            if len(reference):
+                layout = (reference.counts[0], reference.types[0])
+                transit_size = lambda item: layout  # noqa: E731
+        with ENGINE.lock:  # the progress thread binds too (size-passed nonblocking calls)
+            self.schedules_bound += 1
+        return bind(call.pattern, self.topology, send, recv, transit_size)
+
+    def _schedule(self, call: CallPlan, send, recv, key, sizes):
+        """The bound Schedule of a call: from the cache, or bound now and cached."""
+        with ENGINE.lock:
+            schedule = self._schedules.recall(key)
+            if schedule is None:
+                schedule = self.bind(call, send, recv, sizes)
+                self._schedules.keep(key, schedule)
+            return schedule
+
+    def _size_pass(self, call: CallPlan, send: Blocks, tag: int):
+        """``(executor, read)`` of the size pass: the Pattern run on one int64 per item.
+
+        An intermediate rank cannot know the size of an item it only forwards, so the
+        call's Pattern runs first on the byte size of each item at its origin; ``read()``
+        then gives ``{item: bytes}`` of every item this rank receives. It runs on every
+        call whose call plan needs it (a decision all ranks share); a persistent request
+        pays it once, at init.
+        """
+        topology = self.topology
+        own = numpy.array([c * t.Get_size() for c, t in zip(send.counts, send.types)], dtype=numpy.int64)
+        arrived = numpy.zeros(max(topology.indegree, 1), dtype=numpy.int64)
+        send_sizes = Blocks(own.ctypes.data, (1,) * len(own), tuple(8 * k for k in range(len(own))),
+                            (MPI.INT64_T,) * len(own))
+        recv_sizes = Blocks(arrived.ctypes.data, (1,) * topology.indegree,
+                            tuple(8 * k for k in range(topology.indegree)), (MPI.INT64_T,) * topology.indegree)
+        schedule = bind(call.pattern, topology, send_sizes, recv_sizes, lambda item: (1, MPI.INT64_T))
+        executor = Executor(self.private, schedule, tag)
+
+        def read() -> dict:
+            keep = (own, arrived)  # noqa: F841  (the arrays live until the sizes are read)
+            return {item: ctypes.c_int64.from_address(piece[0]).value for item, piece in schedule.received.items()}
+        return executor, read
+
+    def run_size_pass(self, call: CallPlan, send: Blocks, tag: int = BLOCKING_CHANNEL) -> dict:
+        """Run the size pass now (blocking) and return ``{item: bytes}``."""
+        executor, read = self._size_pass(call, send, tag)
+        try:
+            run_stages(executor.steps)
+            return read()
+        finally:
+            executor.free()
+
+    # -- calls ----------------------------------------------------------------------------------
+    def blocking(self, call: CallPlan, sendbuf, recvbuf) -> None:
+        """A blocking collective call on channel 0."""
+        send, recv, buffers = self.parse(call.collective, sendbuf, recvbuf)
+        sizes = self.run_size_pass(call, send) if call.size_pass else None
+        if call.rebind:  # non-persistent mode: bind on every call
+            self._run_once(self.bind(call, send, recv, sizes))
+            return
+        key = (call.key, buffers, _sizes_key(sizes))
+        executor = self._blocking.recall(key)
+        if executor is None:
+            executor = Executor(self.private, self._schedule(call, send, recv, key, sizes), BLOCKING_CHANNEL)
+            self._blocking.keep(key, executor)
+        run_stages(executor.steps)
+
+    def run_uncached(self, call: CallPlan, sendbuf, recvbuf) -> None:
+        """A blocking call whose buffers are temporary: parse, bind, run, free (nothing cached)."""
+        send, recv = self.parse_uncached(call.collective, sendbuf, recvbuf)
+        sizes = self.run_size_pass(call, send) if call.size_pass else None
+        self._run_once(self.bind(call, send, recv, sizes))
+
+    def _run_once(self, schedule) -> None:
+        executor = Executor(self.private, schedule, BLOCKING_CHANNEL)
+        try:
+            run_stages(executor.steps)
+        finally:
+            executor.free()
+
+    def nonblocking(self, call: CallPlan, sendbuf, recvbuf) -> ScheduleRequest:
+        """A nonblocking call on the next nonblocking channel; returns its started request."""
+        send, recv, buffers = self.parse(call.collective, sendbuf, recvbuf)
+        with ENGINE.lock:
+            channel = self.channels.take_nonblocking()
+            if call.size_pass:
+                request = self._sized_request(call, send, recv, buffers, channel, (sendbuf, recvbuf))
+            else:
+                request = self._nonblocking_request(call, send, recv, buffers, channel, (sendbuf, recvbuf))
+            self.channels.hold_nonblocking(channel, request)
+        request.Start()
+        return request
+
+    def _nonblocking_request(self, call, send, recv, buffers, channel, keep) -> ScheduleRequest:
+        """A call whose schedule is known now: the idle executor of its channel, or a new one."""
+        channels = self.channels
+        if call.rebind:
+            executor = Executor(self.private, self.bind(call, send, recv), channel)
+
+            def done(request):
+                channels.release_nonblocking(channel, request)
+                executor.free()
+        else:
+            key = (call.key, buffers, None)
+            pool = self._idle.recall(key)
+            executor = pool.pop(channel, None) if pool is not None else None
+            if executor is None:
+                executor = Executor(self.private, self._schedule(call, send, recv, key, None), channel)
+
+            def done(request):
+                channels.release_nonblocking(channel, request)
+                self._park(key, channel, executor)
+        return _request_for(executor, persistent=False, on_complete=done, keep=keep)
+
+    def _sized_request(self, call, send, recv, buffers, channel, keep) -> ScheduleRequest:
+        """A v/w call that needs the size pass: size pass, bind, data, all advanced by the engine."""
+        def program():
+            sizes_executor, read = self._size_pass(call, send, channel)
+            try:
+                yield from sizes_executor.steps
+                sizes = read()
+            finally:
+                sizes_executor.free()
+            if call.rebind:
+                schedule = self.bind(call, send, recv, sizes)
+            else:
+                schedule = self._schedule(call, send, recv, (call.key, buffers, _sizes_key(sizes)), sizes)
+            executor = Executor(self.private, schedule, channel)
+            try:
+                yield from executor.steps
+            finally:
+                executor.free()
+
+        channels = self.channels
+        return ScheduleRequest(program, persistent=False, keep=keep,
+                               on_complete=lambda request: channels.release_nonblocking(channel, request))
+
+    def _park(self, key, channel: int, executor: Executor) -> None:
+        """Keep the executor of a completed nonblocking call for the next call of ``key`` on ``channel``."""
+        if self.private == MPI.COMM_NULL:  # the communicator was freed while the call ran
+            executor.free()
+            return
+        pool = self._idle.recall(key)
+        if pool is None:
+            pool = {}
+            self._idle.keep(key, pool)
+        earlier = pool.get(channel)
+        if earlier is not None and earlier is not executor:
+            earlier.free()
+        pool[channel] = executor
+
+    def persistent(self, call: CallPlan, sendbuf, recvbuf) -> ScheduleRequest:
+        """A persistent request (``*_init``): size pass now if needed, bound once, own channel."""
+        send, recv, _ = self.parse(call.collective, sendbuf, recvbuf)
+        sizes = self.run_size_pass(call, send) if call.size_pass else None
+        channel = self.channels.take_persistent()
+        executor = Executor(self.private, self.bind(call, send, recv, sizes), channel)
+        channels = self.channels
+
+        def freed(request):
+            channels.release_persistent(channel)
+            executor.free()
+        request = _request_for(executor, persistent=True, on_free=freed, keep=(sendbuf, recvbuf))
+        channels.hold_persistent(channel, request)
+        return request
+
+    def cache_sizes(self) -> dict:
+        """How many entries each local cache holds now."""
+        return {"parsed": len(self._parsed), "schedules": len(self._schedules),
+                "blocking_executors": len(self._blocking),
+                "idle_executors": sum(len(pool) for pool in self._idle.values())}
+
+    # -- lifetime -----------------------------------------------------------------------------------
+    def release_caches(self) -> None:
+        """Drop parsed arguments, bound schedules and idle executors (local; patterns stay)."""
+        with ENGINE.lock:
+            self._parsed.clear()
+            self._schedules.clear()
+            self._blocking.drop_all()
+            self._idle.drop_all()
+
+    def free(self) -> None:
+        """Release everything, the private communicator included."""
+        self.release_caches()
+        self.patterns.clear()
+        self._call_plans.clear()
+        if self.private != MPI.COMM_NULL:
+            self.private.Free()
+
+
+def _plain(comm: MPI.Comm) -> MPI.Comm:
+    """``comm``'s handle as an object of its mpi4py class (a wrapper's ``Dup`` would wrap the copy)."""
+    for cls in type(comm).__mro__:
+        if cls.__module__ == "mpi4py.MPI":
+            return cls(comm)
+    raise TypeError(f"comm: expected an mpi4py communicator, got {type(comm).__name__}")
+
+
+def _request_for(executor: Executor, **kwargs) -> ScheduleRequest:
+    """A request running ``executor``'s steps (one step: handled by MPI alone, bypassing the engine)."""
+    steps = executor.steps
+    if len(steps) == 1:
+        return ScheduleRequest(single=steps[0], **kwargs)
+    return ScheduleRequest(lambda: steps, **kwargs)
+
+
+def _sizes_key(sizes):
+    return None if sizes is None else tuple(sizes.values())
+
+
+def _free_pool(pool: dict) -> None:
+    for executor in pool.values():
+        executor.free()
+
+
+def _delete_runtime(comm, keyval, runtime):
+    runtime.free()
+
+
+_RUNTIME_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_runtime)
+
+
+def runtime_of(comm: MPI.Comm, topology: Topology | None = None) -> CommRuntime:
+    """The runtime of a handle, created (collectively: it duplicates the handle) on first use."""
+    runtime = comm.Get_attr(_RUNTIME_KEYVAL)
+    if runtime is None:
+        runtime = CommRuntime(comm, topology)
+        comm.Set_attr(_RUNTIME_KEYVAL, runtime)
+    return runtime
+
+
+def existing_runtime(comm: MPI.Comm):
+    """The runtime of a handle if one was made (local), else None."""
+    return comm.Get_attr(_RUNTIME_KEYVAL)

@@ -1,0 +1,56 @@
+"""What a wrapper asks for (:class:`Plan`) and what one collective of it runs (:class:`CallPlan`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .. import algorithms
+from ..topology.cartesian import GRID_OPTION
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A wrapper's request: algorithm (``"auto"`` or registered), checked options, rebind.
+
+    ``key`` identifies everything that shapes the messages, by value, so it is the same
+    on every rank: the algorithm and every option but ``grid`` (which only shapes the
+    handle's Topology, kept by the runtime).
+    """
+
+    algorithm: str
+    options: MappingProxyType
+    rebind: bool = False
+    key: tuple = field(init=False)
+    native: bool = field(init=False)
+
+    def __post_init__(self):
+        shaping = tuple((name, repr(value)) for name, value in sorted(self.options.items()) if name != GRID_OPTION)
+        object.__setattr__(self, "key", (self.algorithm, shaping))
+        runs_library = self.algorithm != "auto" and algorithms.get(self.algorithm).runs_library
+        object.__setattr__(self, "native", runs_library)
+
+
+def make_plan(algorithm: str, options: dict, rebind: bool, size: int) -> Plan:
+    """Check a wrapper's arguments (raising before any message is sent) and make its Plan."""
+    algorithms.check_name(algorithm)
+    if not isinstance(rebind, bool):
+        raise TypeError(f"rebind: expected a bool, got {type(rebind).__name__}")
+    checked = algorithms.check_options(algorithm, options, size)
+    return Plan(algorithm, MappingProxyType(dict(checked)), rebind)
+
+
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    """One collective of one Plan on one communicator: the pattern and whether calls need a size pass.
+
+    ``size_pass`` is agreed by every rank when the pattern is first used by a collective
+    call; ``key`` identifies the schedule-shaping part of a call (Plan key + collective).
+    """
+
+    collective: str
+    algorithm: str
+    pattern: object
+    size_pass: bool
+    rebind: bool
+    key: tuple

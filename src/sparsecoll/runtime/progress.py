@@ -1,0 +1,303 @@
+"""One progress engine for every sparsecoll request of the process, and the request class.
+
+A sparsecoll request runs a *program*: an iterator of stages, each a list of persistent
+MPI requests that are started together and must all complete before the next stage
+starts (the steps of a Schedule; for v/w calls of multi-step patterns, the size pass,
+then the bound data schedule). MPI itself progresses the messages of one stage; moving
+from one stage to the next is sparsecoll's job, and it is done by one engine per process:
+
+* testing or waiting on any sparsecoll request advances every request in flight, so
+  ranks may complete their requests in any order;
+* a blocking sparsecoll call made while requests are in flight waits through the engine
+  too (it advances the others while it waits);
+* while requests with a later stage are in flight and MPI runs at ``MPI_THREAD_MULTIPLE``,
+  a daemon thread advances them every ``SPARSECOLL_PROGRESS_INTERVAL`` seconds (default
+  0.0002), so a rank blocked in one of the user's own MPI calls still moves its
+  collectives on; ``SPARSECOLL_PROGRESS_THREAD=0`` turns it off. The thread sleeps
+  while nothing is in flight.
+
+A request of a single stage (the ``direct`` algorithm's usual schedule) is never handed
+to the engine: MPI progresses it alone, so that path costs nothing extra.
+
+State shared with the thread is guarded by :data:`ENGINE`'s lock. While a thread waits
+through the engine it holds the lock (it waits on every request in flight at once), so
+sparsecoll serialises progress across the threads of one process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+
+from mpi4py import MPI
+
+_Startall = MPI.Prequest.Startall
+_Testall = MPI.Request.Testall
+_Waitall = MPI.Request.Waitall
+_Waitany = MPI.Request.Waitany
+
+#: Seconds between two rounds of the progress thread while requests are in flight.
+PROGRESS_INTERVAL = float(os.environ.get("SPARSECOLL_PROGRESS_INTERVAL", "0.0002"))
+
+
+class ProgressEngine:
+    """The requests in flight with more than one stage, and the thread that advances them."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self._wake = threading.Condition(self.lock)
+        self.pending: list = []  # requests with a later stage still to start
+        self._thread = None
+        self._stopping = False
+        self._thread_allowed = None  # decided at the first request (MPI must be initialized)
+
+    # -- bookkeeping (lock held) -----------------------------------------------------
+    def add(self, request) -> None:
+        """Track a request whose program has more stages (caller holds the lock)."""
+        self.pending.append(request)
+        if self._thread is None and self._allows_thread():
+            self._thread = threading.Thread(target=self._loop, name="sparsecoll-progress", daemon=True)
+            self._thread.start()
+        self._wake.notify()
+
+    def _allows_thread(self) -> bool:
+        if self._thread_allowed is None:
+            wanted = os.environ.get("SPARSECOLL_PROGRESS_THREAD", "1") not in ("0", "false", "no")
+            self._thread_allowed = wanted and MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        return self._thread_allowed
+
+    def advance_all(self) -> None:
+        """Test every request in flight and start the next stage of those whose stage completed."""
+        for request in tuple(self.pending):
+            request._advance()
+
+    def wait(self, request) -> None:
+        """Block until ``request``'s messages are complete, advancing every request meanwhile."""
+        pending = self.pending
+        while request._current is not None:
+            others = [r for r in pending if r is not request]
+            if not others:
+                request._run_alone()
+                return
+            self.advance_all()
+            if request not in pending:
+                request._advance()
+            if request._current is None:
+                return
+            handles = list(request._current)
+            for other in others:
+                if other._current is not None:
+                    handles.extend(other._current)
+            _Waitany(handles)
+
+    # -- the thread ------------------------------------------------------------------
+    def _loop(self) -> None:
+        with self.lock:
+            while not self._stopping:
+                if not self.pending:
+                    self._wake.wait()
+                    continue
+                self.advance_all()
+                self._wake.wait(PROGRESS_INTERVAL)
+
+    def stop(self) -> None:
+        """End the progress thread (at exit, before MPI is finalized)."""
+        thread = self._thread
+        if thread is None:
+            return
+        with self.lock:
+            self._stopping = True
+            self._wake.notify()
+        thread.join(timeout=1.0)
+        self._thread = None
+
+
+#: The process's engine.
+ENGINE = ProgressEngine()
+atexit.register(ENGINE.stop)  # registered after mpi4py's own finalizer, so it runs first
+
+
+INACTIVE, ACTIVE, FREED = 0, 1, 2
+
+
+class ScheduleRequest:
+    """A nonblocking or persistent neighborhood collective (``Start``, ``Test``, ``Wait``, ``Free``).
+
+    ``program()`` returns an iterator of stages (lists of persistent MPI requests);
+    ``on_complete`` is called once per completed run, in the thread that observes the
+    completion through ``Test``/``Wait`` (never the progress thread); ``on_free`` when the
+    request is freed. ``keep`` holds the user's buffers while the request lives, as mpi4py's
+    requests do. A program known to be one stage long can be given as ``single``: such a
+    request bypasses the engine.
+    """
+
+    __slots__ = ("_program", "_single", "_stages", "_current", "_state", "_error", "_persistent",
+                 "_on_complete", "_on_free", "_keep", "__weakref__")
+
+    def __init__(self, program=None, *, single=None, persistent: bool, on_complete=None, on_free=None,
+                 keep=()):
+        self._program = program
+        self._single = single
+        self._stages = None
+        self._current = None  # the stage in flight (None: messages complete)
+        self._state = INACTIVE
+        self._error = None
+        self._persistent = persistent
+        self._on_complete = on_complete
+        self._on_free = on_free
+        self._keep = keep
+
+    # -- the engine's side (lock held) ------------------------------------------------
+    def _advance(self) -> None:
+        """Start the next stages while the current one has completed."""
+        try:
+            while self._current is not None and _Testall(self._current):
+                self._next_stage()
+        except Exception as error:  # a failing stage (e.g. a bind error): reported by Wait/Test
+            self._fail(error)
+
+    def _run_alone(self) -> None:
+        """Run the remaining stages in order (no other request is in flight)."""
+        try:
+            while self._current is not None:
+                _Waitall(self._current)
+                self._next_stage()
+        except Exception as error:
+            self._fail(error)
+
+    def _next_stage(self) -> None:
+        stage = next(self._stages, None) if self._stages is not None else None
+        if stage is None:
+            self._current = None
+            self._stages = None
+            if self in ENGINE.pending:
+                ENGINE.pending.remove(self)
+        else:
+            _Startall(stage)
+            self._current = stage
+
+    def _fail(self, error) -> None:
+        self._error = error
+        self._current = None
+        self._stages = None
+        if self in ENGINE.pending:
+            ENGINE.pending.remove(self)
+
+    # -- the user's side ----------------------------------------------------------------
+    def Start(self) -> None:
+        """Start (or restart) the collective; new buffer contents are picked up."""
+        if self._state != INACTIVE:
+            raise RuntimeError("request: Start() on an active or freed request")
+        self._state = ACTIVE
+        self._error = None
+        single = self._single
+        if single is not None:
+            _Startall(single)
+            self._current = single
+            return
+        with ENGINE.lock:
+            self._stages = iter(self._program())
+            self._next_stage()
+            if self._current is not None:
+                ENGINE.add(self)
+
+    def Test(self, status=None) -> bool:
+        """Advance every sparsecoll request in flight; True once this collective is complete."""
+        if self._state != ACTIVE:
+            return True
+        if self._single is not None and not ENGINE.pending:
+            if self._current is not None:
+                if not _Testall(self._current):
+                    return False
+                self._current = None
+        else:
+            with ENGINE.lock:
+                ENGINE.advance_all()
+                if self._single is not None and self._current is not None and _Testall(self._current):
+                    self._current = None
+                if self._current is not None:
+                    return False
+        self._complete()
+        return True
+
+    def Wait(self, status=None) -> bool:
+        """Block until the collective is complete (advancing every sparsecoll request meanwhile)."""
+        if self._state != ACTIVE:
+            return True
+        if self._current is not None:
+            if self._single is not None and not ENGINE.pending:
+                _Waitall(self._current)
+                self._current = None
+            else:
+                with ENGINE.lock:
+                    ENGINE.wait(self)
+        self._complete()
+        return True
+
+    def _complete(self) -> None:
+        self._state = INACTIVE
+        error, self._error = self._error, None
+        if self._on_complete is not None:
+            self._on_complete(self)
+        if not self._persistent:
+            self._release()
+        if error is not None:
+            raise error
+
+    def _release(self) -> None:
+        if self._state == FREED:
+            return
+        self._state = FREED
+        if self._on_free is not None:
+            self._on_free(self)
+        self._program = self._single = self._keep = self._on_complete = self._on_free = None
+
+    def Free(self) -> None:
+        """Release the request; an active one is completed first (as MPI_Request_free lets it finish)."""
+        if self._state == ACTIVE:
+            self.Wait()
+        self._release()
+
+    @property
+    def active(self) -> bool:
+        """Whether the collective was started and has not been completed by Test/Wait yet."""
+        return self._state == ACTIVE
+
+    @property
+    def messages_done(self) -> bool:
+        """Whether every message of the current run has completed (Test/Wait may not have seen it yet)."""
+        return self._current is None
+
+    def __bool__(self) -> bool:
+        return self._state != FREED
+
+
+def wait_for_messages(request: ScheduleRequest) -> None:
+    """Block until ``request``'s messages are complete without completing it for its owner."""
+    if request._current is None:
+        return
+    with ENGINE.lock:
+        if request._single is not None and request not in ENGINE.pending and not ENGINE.pending:
+            _Waitall(request._current)
+            request._current = None
+        else:
+            ENGINE.wait(request)
+
+
+def run_stages(stages) -> None:
+    """Run a blocking call's stages to completion, through the engine if requests are in flight."""
+    if not ENGINE.pending:
+        for requests in stages:
+            _Startall(requests)
+            _Waitall(requests)
+        return
+    request = ScheduleRequest(lambda: stages, persistent=False)
+    request.Start()
+    request.Wait()
+
+
+def waitall(requests) -> None:
+    """Wait for a list of sparsecoll (or mpi4py) requests."""
+    for request in requests:
+        request.Wait()
