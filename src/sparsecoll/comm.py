@@ -17,6 +17,8 @@ before calling again).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy
 from mpi4py import MPI
 
@@ -35,6 +37,7 @@ class NeighborhoodMixin:
     _sc_plan: Plan = make_plan("auto", {}, False, 1)
     _sc_runtime: CommRuntime | None = None  # made at wrap (lazily after Idup)
     _sc_topology: Topology | None = None  # given to wrap, used when the runtime is made lazily
+    _sc_calls = MappingProxyType({})  # collective -> CallPlan, per wrapper (see _sc_prepare)
 
     # -- what the wrapper runs ---------------------------------------------------------------
     @property
@@ -104,14 +107,16 @@ class NeighborhoodMixin:
             runtime = self._sc_runtime = runtime_of(self, self._sc_topology)
         return runtime
 
-    def _sc_call(self, collective: str) -> CallPlan:
-        """The runtime's plan for ``collective`` (kept per wrapper: a local shortcut only)."""
+    def _sc_prepare(self, collective: str) -> CallPlan:
+        """The runtime's plan for ``collective`` (collective the first time on the handle).
+
+        Kept in the wrapper's ``_sc_calls`` as a shortcut; the runtime decides what the
+        plan is, from the wrapper's Plan alone, so a shortcut hit or miss changes nothing.
+        """
         calls = self.__dict__.get("_sc_calls")
         if calls is None:
             calls = self.__dict__["_sc_calls"] = {}
-        call = calls.get(collective)
-        if call is None:
-            call = calls[collective] = self._sc_attach().call_plan(self._sc_plan, collective)
+        call = calls[collective] = self._sc_attach().call_plan(self._sc_plan, collective)
         return call
 
     def _sc_adopt(self, new, *, attach: bool = True):
@@ -130,91 +135,106 @@ class NeighborhoodMixin:
         """Blocking neighborhood allgather: gather one block from every in-neighbor (receive block i from source i)."""
         if self._sc_plan.native:
             return super().Neighbor_allgather(sendbuf, recvbuf)
-        self._sc_attach().blocking(self._sc_call("allgather"), sendbuf, recvbuf)
+        call = self._sc_calls.get("allgather") or self._sc_prepare("allgather")
+        call.runtime.blocking(call, sendbuf, recvbuf)
 
     def Ineighbor_allgather(self, sendbuf, recvbuf):
         """Nonblocking neighborhood allgather; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_allgather(sendbuf, recvbuf)
-        return self._sc_attach().nonblocking(self._sc_call("allgather"), sendbuf, recvbuf)
+        call = self._sc_calls.get("allgather") or self._sc_prepare("allgather")
+        return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood allgather: a request to Start and Wait repeatedly (``info``: for native)."""
         if self._sc_plan.native:
             return super().Neighbor_allgather_init(sendbuf, recvbuf, info)
-        return self._sc_attach().persistent(self._sc_call("allgather"), sendbuf, recvbuf)
+        call = self._sc_calls.get("allgather") or self._sc_prepare("allgather")
+        return call.runtime.persistent(call, sendbuf, recvbuf)
 
     def Neighbor_allgatherv(self, sendbuf, recvbuf) -> None:
         """Blocking neighborhood allgatherv: allgather with a count and displacement per receive block."""
         if self._sc_plan.native:
             return super().Neighbor_allgatherv(sendbuf, recvbuf)
-        self._sc_attach().blocking(self._sc_call("allgatherv"), sendbuf, recvbuf)
+        call = self._sc_calls.get("allgatherv") or self._sc_prepare("allgatherv")
+        call.runtime.blocking(call, sendbuf, recvbuf)
 
     def Ineighbor_allgatherv(self, sendbuf, recvbuf):
         """Nonblocking neighborhood allgatherv; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_allgatherv(sendbuf, recvbuf)
-        return self._sc_attach().nonblocking(self._sc_call("allgatherv"), sendbuf, recvbuf)
+        call = self._sc_calls.get("allgatherv") or self._sc_prepare("allgatherv")
+        return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood allgatherv: a request to Start and Wait repeatedly (``info``: for native)."""
         if self._sc_plan.native:
             return super().Neighbor_allgatherv_init(sendbuf, recvbuf, info)
-        return self._sc_attach().persistent(self._sc_call("allgatherv"), sendbuf, recvbuf)
+        call = self._sc_calls.get("allgatherv") or self._sc_prepare("allgatherv")
+        return call.runtime.persistent(call, sendbuf, recvbuf)
 
     def Neighbor_alltoall(self, sendbuf, recvbuf) -> None:
         """Blocking neighborhood alltoall: send block k to out-neighbor k, receive block i from in-neighbor i."""
         if self._sc_plan.native:
             return super().Neighbor_alltoall(sendbuf, recvbuf)
-        self._sc_attach().blocking(self._sc_call("alltoall"), sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoall") or self._sc_prepare("alltoall")
+        call.runtime.blocking(call, sendbuf, recvbuf)
 
     def Ineighbor_alltoall(self, sendbuf, recvbuf):
         """Nonblocking neighborhood alltoall; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_alltoall(sendbuf, recvbuf)
-        return self._sc_attach().nonblocking(self._sc_call("alltoall"), sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoall") or self._sc_prepare("alltoall")
+        return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood alltoall: a request to Start and Wait repeatedly (``info``: for native)."""
         if self._sc_plan.native:
             return super().Neighbor_alltoall_init(sendbuf, recvbuf, info)
-        return self._sc_attach().persistent(self._sc_call("alltoall"), sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoall") or self._sc_prepare("alltoall")
+        return call.runtime.persistent(call, sendbuf, recvbuf)
 
     def Neighbor_alltoallv(self, sendbuf, recvbuf) -> None:
         """Blocking neighborhood alltoallv: alltoall with counts and displacements per block."""
         if self._sc_plan.native:
             return super().Neighbor_alltoallv(sendbuf, recvbuf)
-        self._sc_attach().blocking(self._sc_call("alltoallv"), sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoallv") or self._sc_prepare("alltoallv")
+        call.runtime.blocking(call, sendbuf, recvbuf)
 
     def Ineighbor_alltoallv(self, sendbuf, recvbuf):
         """Nonblocking neighborhood alltoallv; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_alltoallv(sendbuf, recvbuf)
-        return self._sc_attach().nonblocking(self._sc_call("alltoallv"), sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoallv") or self._sc_prepare("alltoallv")
+        return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_alltoallv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood alltoallv: a request to Start and Wait repeatedly (``info``: for native)."""
         if self._sc_plan.native:
             return super().Neighbor_alltoallv_init(sendbuf, recvbuf, info)
-        return self._sc_attach().persistent(self._sc_call("alltoallv"), sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoallv") or self._sc_prepare("alltoallv")
+        return call.runtime.persistent(call, sendbuf, recvbuf)
 
     def Neighbor_alltoallw(self, sendbuf, recvbuf) -> None:
         """Blocking neighborhood alltoallw: alltoall with counts, byte displacements and datatypes per block."""
         if self._sc_plan.native:
             return super().Neighbor_alltoallw(sendbuf, recvbuf)
-        self._sc_attach().blocking(self._sc_call("alltoallw"), sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw")
+        call.runtime.blocking(call, sendbuf, recvbuf)
 
     def Ineighbor_alltoallw(self, sendbuf, recvbuf):
         """Nonblocking neighborhood alltoallw; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_alltoallw(sendbuf, recvbuf)
-        return self._sc_attach().nonblocking(self._sc_call("alltoallw"), sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw")
+        return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_alltoallw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood alltoallw: a request to Start and Wait repeatedly (``info``: for native)."""
         if self._sc_plan.native:
             return super().Neighbor_alltoallw_init(sendbuf, recvbuf, info)
-        return self._sc_attach().persistent(self._sc_call("alltoallw"), sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw")
+        return call.runtime.persistent(call, sendbuf, recvbuf)
 
 
     def Neighbor_allgatherw(self, sendbuf, recvbuf) -> None:
@@ -222,19 +242,22 @@ class NeighborhoodMixin:
         receive block (not in MPI; proposed by Träff and Hunold, ICPP 2019; recvbuf takes the W forms)."""
         if self._sc_plan.native:
             return super().Neighbor_alltoallw(*self._allgatherw_as_alltoallw(sendbuf, recvbuf))
-        self._sc_attach().blocking(self._sc_call("allgatherw"), sendbuf, recvbuf)
+        call = self._sc_calls.get("allgatherw") or self._sc_prepare("allgatherw")
+        call.runtime.blocking(call, sendbuf, recvbuf)
 
     def Ineighbor_allgatherw(self, sendbuf, recvbuf):
         """Nonblocking neighborhood allgatherw; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_alltoallw(*self._allgatherw_as_alltoallw(sendbuf, recvbuf))
-        return self._sc_attach().nonblocking(self._sc_call("allgatherw"), sendbuf, recvbuf)
+        call = self._sc_calls.get("allgatherw") or self._sc_prepare("allgatherw")
+        return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_allgatherw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood allgatherw: a request to Start and Wait repeatedly (``info``: for native)."""
         if self._sc_plan.native:
             return super().Neighbor_alltoallw_init(*self._allgatherw_as_alltoallw(sendbuf, recvbuf), info)
-        return self._sc_attach().persistent(self._sc_call("allgatherw"), sendbuf, recvbuf)
+        call = self._sc_calls.get("allgatherw") or self._sc_prepare("allgatherw")
+        return call.runtime.persistent(call, sendbuf, recvbuf)
 
     def _allgatherw_as_alltoallw(self, sendbuf, recvbuf):
         """MPI has no allgatherw: express it as alltoallw with every send block at displacement 0."""
@@ -252,11 +275,11 @@ class NeighborhoodMixin:
         topology = runtime.topology
         data = MPI.pickle.dumps(sendobj)
         sizes = numpy.zeros(topology.indegree, dtype=numpy.int64)
-        runtime.run_uncached(self._sc_call("allgather"), [numpy.array([len(data)], dtype=numpy.int64), MPI.INT64_T],
+        runtime.run_uncached(self._sc_prepare("allgather"), [numpy.array([len(data)], dtype=numpy.int64), MPI.INT64_T],
                              [sizes, MPI.INT64_T])
         received = bytearray(int(sizes.sum()))
         displs = _displacements(sizes)
-        runtime.run_uncached(self._sc_call("allgatherv"), [data, MPI.BYTE],
+        runtime.run_uncached(self._sc_prepare("allgatherv"), [data, MPI.BYTE],
                              [received, (sizes.tolist(), displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
                 for s, d, n in zip(topology.sources, displs.tolist(), sizes.tolist())]
@@ -277,12 +300,12 @@ class NeighborhoodMixin:
         pickled = [MPI.pickle.dumps(obj) for obj in objects]
         send_sizes = numpy.array([len(p) for p in pickled], dtype=numpy.int64)
         recv_sizes = numpy.zeros(topology.indegree, dtype=numpy.int64)
-        runtime.run_uncached(self._sc_call("alltoall"), [send_sizes, MPI.INT64_T], [recv_sizes, MPI.INT64_T])
+        runtime.run_uncached(self._sc_prepare("alltoall"), [send_sizes, MPI.INT64_T], [recv_sizes, MPI.INT64_T])
         data = b"".join(pickled)
         received = bytearray(int(recv_sizes.sum()))
         recv_displs = _displacements(recv_sizes)
         send_displs = _displacements(send_sizes)
-        runtime.run_uncached(self._sc_call("alltoallv"),
+        runtime.run_uncached(self._sc_prepare("alltoallv"),
                              [data, (send_sizes.tolist(), send_displs.tolist()), MPI.BYTE],
                              [received, (recv_sizes.tolist(), recv_displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))

@@ -62,6 +62,9 @@ class CommRuntime:
         self._call_plans: dict = {}  # (plan key, rebind, collective) -> CallPlan
         self._choices: dict = {}  # (plan key, family) -> auto's choice with its reasons
         self._parsed = ParseCache()
+        self._layouts = Recent(size=4 * CACHE_SIZE)  # (send key, recv key) -> layout number
+        self._layouts_made = 0
+        # call keys: (CallPlan, layout number[, item sizes of the size pass])
         self._schedules = Recent()  # call key -> bound Schedule
         self._blocking = Recent(evict=Executor.free)  # call key -> executor of blocking calls
         # call key -> {channel: idle executor}; an executor in flight is out of its pool
@@ -145,7 +148,7 @@ class CommRuntime:
             flags = self._size_pass_flags[key] = self._agree_on_size_pass(pattern)
         vector_needs, regular_needs = flags
         found = CallPlan(collective, key[0], pattern, regular_needs if collective in REGULAR else vector_needs,
-                         plan.rebind, (collective, plan.key))
+                         plan.rebind, self)
         self._call_plans[(plan.key, plan.rebind, collective)] = found
         return found
 
@@ -164,10 +167,12 @@ class CommRuntime:
 
     # -- arguments --------------------------------------------------------------------------
     def parse(self, collective: str, sendbuf, recvbuf):
-        """``(send Blocks, recv Blocks, key of both)``: the buffer arguments checked and parsed.
+        """``(send Blocks, recv Blocks, layout)``: the buffer arguments checked and parsed.
 
-        Parsing costs several times the MPI call itself, so where both arguments have a
-        cheap signature (:func:`.caches.call_signature`) the result is kept for the next call.
+        ``layout`` is a small integer naming the memory and layout of both arguments (equal
+        layouts get equal numbers while they are remembered), the cheap half of every cache
+        key. Parsing costs several times the MPI call itself, so where both arguments have
+        a cheap signature (:func:`.caches.call_signature`) the result is kept for the next call.
         """
         signature = call_signature(sendbuf, recvbuf)
         if signature is not None:
@@ -176,10 +181,18 @@ class CommRuntime:
             if parsed is not None:
                 return parsed
         send, recv = self.parse_uncached(collective, sendbuf, recvbuf)
-        parsed = send, recv, (send.key(), recv.key())
+        parsed = send, recv, self._layout_number((send.key(), recv.key()))
         if signature is not None:
             self._parsed.keep(signature, sendbuf, recvbuf, parsed)
         return parsed
+
+    def _layout_number(self, layout: tuple) -> int:
+        number = self._layouts.recall(layout)
+        if number is None:
+            self._layouts_made += 1
+            number = self._layouts_made  # never reused: a forgotten layout comes back as a new one
+            self._layouts.keep(layout, number)
+        return number
 
     def parse_uncached(self, collective: str, sendbuf, recvbuf):
         """``(send Blocks, recv Blocks)`` of one call's buffer arguments."""
@@ -200,11 +213,11 @@ class CommRuntime:
         if sizes is not None:
             transit_size = lambda item: (sizes[item], MPI.BYTE)  # noqa: E731
         elif call.collective in REGULAR:
-            # regular collectives: every block has the local receive (else send) layout
+            # regular collectives: every block has the local receive (else send) block_layout
             reference = recv if len(recv) else send
             if len(reference):
-                layout = (reference.counts[0], reference.types[0])
-                transit_size = lambda item: layout  # noqa: E731
+                block_layout = (reference.counts[0], reference.types[0])
+                transit_size = lambda item: block_layout  # noqa: E731
         with ENGINE.lock:  # the progress thread binds too (size-passed nonblocking calls)
             self.schedules_bound += 1
         return bind(call.pattern, self.topology, send, recv, transit_size)
@@ -254,12 +267,12 @@ class CommRuntime:
     # -- calls ----------------------------------------------------------------------------------
     def blocking(self, call: CallPlan, sendbuf, recvbuf) -> None:
         """A blocking collective call on channel 0."""
-        send, recv, buffers = self.parse(call.collective, sendbuf, recvbuf)
+        send, recv, layout = self.parse(call.collective, sendbuf, recvbuf)
         sizes = self.run_size_pass(call, send) if call.size_pass else None
         if call.rebind:  # non-persistent mode: bind on every call
             self._run_once(self.bind(call, send, recv, sizes))
             return
-        key = (call.key, buffers, _sizes_key(sizes))
+        key = (call, layout) if sizes is None else (call, layout, tuple(sizes.values()))
         executor = self._blocking.recall(key)
         if executor is None:
             executor = Executor(self.private, self._schedule(call, send, recv, key, sizes), BLOCKING_CHANNEL)
@@ -281,18 +294,18 @@ class CommRuntime:
 
     def nonblocking(self, call: CallPlan, sendbuf, recvbuf) -> ScheduleRequest:
         """A nonblocking call on the next nonblocking channel; returns its started request."""
-        send, recv, buffers = self.parse(call.collective, sendbuf, recvbuf)
+        send, recv, layout = self.parse(call.collective, sendbuf, recvbuf)
         with ENGINE.lock:
             channel = self.channels.take_nonblocking()
             if call.size_pass:
-                request = self._sized_request(call, send, recv, buffers, channel, (sendbuf, recvbuf))
+                request = self._sized_request(call, send, recv, layout, channel, (sendbuf, recvbuf))
             else:
-                request = self._nonblocking_request(call, send, recv, buffers, channel, (sendbuf, recvbuf))
+                request = self._nonblocking_request(call, send, recv, layout, channel, (sendbuf, recvbuf))
             self.channels.hold_nonblocking(channel, request)
         request.Start()
         return request
 
-    def _nonblocking_request(self, call, send, recv, buffers, channel, keep) -> ScheduleRequest:
+    def _nonblocking_request(self, call, send, recv, layout, channel, keep) -> ScheduleRequest:
         """A call whose schedule is known now: the idle executor of its channel, or a new one."""
         channels = self.channels
         if call.rebind:
@@ -302,7 +315,7 @@ class CommRuntime:
                 channels.release_nonblocking(channel, request)
                 executor.free()
         else:
-            key = (call.key, buffers, None)
+            key = (call, layout)
             pool = self._idle.recall(key)
             executor = pool.pop(channel, None) if pool is not None else None
             if executor is None:
@@ -313,7 +326,7 @@ class CommRuntime:
                 self._park(key, channel, executor)
         return _request_for(executor, persistent=False, on_complete=done, keep=keep)
 
-    def _sized_request(self, call, send, recv, buffers, channel, keep) -> ScheduleRequest:
+    def _sized_request(self, call, send, recv, layout, channel, keep) -> ScheduleRequest:
         """A v/w call that needs the size pass: size pass, bind, data, all advanced by the engine."""
         def program():
             sizes_executor, read = self._size_pass(call, send, channel)
@@ -325,7 +338,7 @@ class CommRuntime:
             if call.rebind:
                 schedule = self.bind(call, send, recv, sizes)
             else:
-                schedule = self._schedule(call, send, recv, (call.key, buffers, _sizes_key(sizes)), sizes)
+                schedule = self._schedule(call, send, recv, (call, layout, tuple(sizes.values())), sizes)
             executor = Executor(self.private, schedule, channel)
             try:
                 yield from executor.steps
@@ -376,6 +389,7 @@ class CommRuntime:
         """Drop parsed arguments, bound schedules and idle executors (local; patterns stay)."""
         with ENGINE.lock:
             self._parsed.clear()
+            self._layouts.clear()
             self._schedules.clear()
             self._blocking.drop_all()
             self._idle.drop_all()
@@ -403,10 +417,6 @@ def _request_for(executor: Executor, **kwargs) -> ScheduleRequest:
     if len(steps) == 1:
         return ScheduleRequest(single=steps[0], **kwargs)
     return ScheduleRequest(lambda: steps, **kwargs)
-
-
-def _sizes_key(sizes):
-    return None if sizes is None else tuple(sizes.values())
 
 
 def _free_pool(pool: dict) -> None:

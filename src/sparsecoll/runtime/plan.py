@@ -40,12 +40,13 @@ def make_plan(algorithm: str, options: dict, rebind: bool, size: int) -> Plan:
     return Plan(algorithm, MappingProxyType(dict(checked)), rebind)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class CallPlan:
     """One collective of one Plan on one communicator: the pattern and whether calls need a size pass.
 
     ``size_pass`` is agreed by every rank when the pattern is first used by a collective
-    call; ``key`` identifies the schedule-shaping part of a call (Plan key + collective).
+    call. The runtime makes one CallPlan per Plan key (algorithm and options), rebind and
+    collective, so the object itself (compared by identity) keys its caches.
     """
 
     collective: str
@@ -53,4 +54,4 @@ class CallPlan:
     pattern: object
     size_pass: bool
     rebind: bool
-    key: tuple
+    runtime: object
