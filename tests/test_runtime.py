@@ -1,0 +1,99 @@
+"""The runtime's pure parts: tag channels, plan keys, option checks, the parse cache."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy
+import pytest
+from mpi4py import MPI
+
+from sparsecoll.runtime.caches import ParseCache, call_signature
+from sparsecoll.runtime.channels import GUARANTEED_TAG_UB, NONBLOCKING_CHANNELS, Channels
+from sparsecoll.runtime.plan import make_plan
+
+
+class _Outstanding:
+    """A request whose messages complete only when the engine is asked to wait for them."""
+
+    def __init__(self):
+        self._current = [MPI.REQUEST_NULL]
+        self._single = self._current
+
+    def __bool__(self):
+        return True
+
+
+def test_tags_stay_within_the_guaranteed_range():
+    channels = Channels(GUARANTEED_TAG_UB)
+    tags = [channels.take_nonblocking() for _ in range(3 * NONBLOCKING_CHANNELS)]
+    assert sorted(set(tags)) == list(range(1, NONBLOCKING_CHANNELS + 1))
+    persistent = []
+    for _ in range(channels.persistent_channels + 5):
+        channel = channels.take_persistent()
+        persistent.append(channel)  # nothing holds it: reused after a full cycle
+    assert min(persistent) == NONBLOCKING_CHANNELS + 1 and max(persistent) == GUARANTEED_TAG_UB
+    assert Channels(None).tag_ub == GUARANTEED_TAG_UB  # an attribute MPI did not give
+
+
+def test_a_nonblocking_channel_is_reused_only_after_its_messages_completed():
+    channels = Channels(GUARANTEED_TAG_UB)
+    first = channels.take_nonblocking()
+    request = _Outstanding()
+    channels.hold_nonblocking(first, request)
+    for _ in range(NONBLOCKING_CHANNELS - 1):
+        channels.take_nonblocking()
+    assert request._current is not None
+    assert channels.take_nonblocking() == first  # the engine waited for the earlier call here
+    assert request._current is None
+
+
+def test_a_live_persistent_request_keeps_its_channel():
+    channels = Channels(NONBLOCKING_CHANNELS + 3)  # three persistent channels
+    held = _Outstanding()
+    channel = channels.take_persistent()
+    channels.hold_persistent(channel, held)
+    channels.take_persistent(), channels.take_persistent()
+    with pytest.raises(RuntimeError, match="still alive"):
+        channels.take_persistent()
+    channels.release_persistent(channel)
+    assert channels.take_persistent() == channel + 1  # the count moved on; the next cycle may use it
+
+
+def test_plan_keys_hold_every_option_by_value():
+    a = make_plan("common_neighbor", {}, False, 4)
+    b = make_plan("common_neighbor", {"theta": 1}, False, 4)
+    c = make_plan("common_neighbor", {"theta": 4}, True, 4)
+    assert a.key != b.key and a.key == c.key  # rebind changes no message
+    assert not a.native and make_plan("native", {}, False, 4).native
+
+
+@pytest.mark.parametrize("algorithm, options, error, name", [
+    ("cartesian", {"alpha": "x"}, TypeError, "alpha"),
+    ("cartesian", {"beta": -1.0}, ValueError, "beta"),
+    ("auto", {"block_bytes": float("nan")}, ValueError, "block_bytes"),
+    ("distance_halving", {"ranks_per_socket": 0}, ValueError, "ranks_per_socket"),
+    ("distance_halving", {"ranks_per_socket": 9}, ValueError, "ranks_per_socket"),
+    ("common_neighbor", {"theta": 1.5}, TypeError, "theta"),
+    ("direct", {"theta": 2}, TypeError, "unknown option"),
+    ("direct", {}, TypeError, "rebind"),
+])
+def test_bad_options_raise_when_the_plan_is_made(algorithm, options, error, name):
+    rebind = "yes" if name == "rebind" else False
+    with pytest.raises(error, match=name):
+        make_plan(algorithm, options, rebind, 8)
+
+
+def test_the_parse_cache_keeps_no_array_alive_and_never_confuses_a_reused_id():
+    cache = ParseCache()
+    send, recv = numpy.zeros(4, "i4"), numpy.zeros(8, "i4")
+    signature = call_signature(send, recv)
+    cache.keep(signature, send, recv, "parsed")
+    assert cache.recall(signature, send, recv) == "parsed"
+    ref = weakref.ref(recv)
+    del recv
+    gc.collect()
+    assert ref() is None
+    other = numpy.zeros(8, "i4")  # may get the dead array's id
+    assert cache.recall(call_signature(send, other), send, other) is None
