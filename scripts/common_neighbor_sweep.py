@@ -18,7 +18,7 @@ import random
 import sys
 import time
 
-from sparsecoll.algorithms.common_neighbor import pair_on_virtual_ranks
+from sparsecoll.sim.harness import pair_on_virtual_ranks
 from sparsecoll.pattern import FAMILIES
 from sparsecoll.sim.harness import build_patterns
 from sparsecoll.topology import graph_topology

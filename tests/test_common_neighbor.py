@@ -14,7 +14,8 @@ from mpi4py import MPI
 
 import sparsecoll
 from sparsecoll.algorithms import check_options
-from sparsecoll.algorithms.common_neighbor import pair_on_virtual_ranks, split_common
+from sparsecoll.algorithms.common_neighbor import split_common
+from sparsecoll.sim.harness import pair_on_virtual_ranks
 from sparsecoll.pattern import FAMILIES
 from sparsecoll.sim.harness import build_patterns
 from sparsecoll.topology import graph_topology

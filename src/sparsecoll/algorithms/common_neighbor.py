@@ -88,6 +88,7 @@ from ..checks import positive_integer
 from ..pattern import ALLGATHER, Message, Pattern, Step, gather_item, personal_item
 from ..topology import PROC_NULL, Topology
 from . import Algorithm, register
+from .protocol import ProtocolChannel, protocol_communicator
 
 DEFAULT_THETA = 4
 
@@ -140,42 +141,7 @@ def _edge_labels(neighbors, labels, me: int) -> dict:
     return {peer: tuple(ls) for peer, ls in out.items()}
 
 
-class _Messenger:
-    """Point-to-point exchanges of Phase 1, counted (mpi4py lowercase interface)."""
-
-    def __init__(self, comm):
-        self.comm = comm
-        self.sent = 0
-        self.pending = []
-
-    def post(self, outgoing: dict, tag: int) -> None:
-        """Start sending ``outgoing[peer]`` to every peer."""
-        for peer in sorted(outgoing):
-            self.pending.append(self.comm.isend(outgoing[peer], peer, tag))
-        self.sent += len(outgoing)
-
-    def collect(self, sources, tag: int, apply=lambda source, obj: obj) -> dict:
-        """Receive one object from every source (in rank order), each passed through ``apply``.
-
-        ``apply(source, obj)`` runs as each object arrives, so that a large message can be
-        reduced before the next one is awaited.
-        """
-        return {q: apply(q, self.comm.recv(source=q, tag=tag)) for q in sorted(sources)}
-
-    def exchange(self, outgoing: dict, sources, tag: int) -> dict:
-        """Send ``outgoing`` and receive one object from every source."""
-        self.post(outgoing, tag)
-        received = self.collect(sources, tag)
-        self.complete()
-        return received
-
-    def complete(self) -> None:
-        """Wait for every posted send."""
-        [request.wait() for request in self.pending]
-        self.pending = []
-
-
-def pair_friends(messenger: _Messenger, me: int, weights: dict) -> tuple:
+def pair_friends(messenger: ProtocolChannel, me: int, weights: dict) -> tuple:
     """Algorithm 2: pair with one friend; returns ``(friend or None, iterations)``.
 
     ``weights[q]`` is the number of common neighbors with friend ``q``; the friendship
@@ -222,21 +188,6 @@ def pair_friends(messenger: _Messenger, me: int, weights: dict) -> tuple:
             return (choice if paired else None), iterations
 
 
-def pair_on_virtual_ranks(weights_by_rank) -> list:
-    """Algorithm 2 alone on one virtual rank per entry (tests and sweeps).
-
-    ``weights_by_rank[p]`` maps each friend of ``p`` to the common-neighbor count (must be
-    symmetric). Returns per rank ``(friend or None, iteration it ended in, messages sent)``.
-    """
-    from ..sim.world import World
-
-    def body(comm):
-        messenger = _Messenger(comm)
-        friend, iterations = pair_friends(messenger, comm.Get_rank(), weights_by_rank[comm.Get_rank()])
-        return friend, iterations, messenger.sent
-    return World(len(weights_by_rank)).run(body)
-
-
 class _Steps:
     """Sends and receives per step index, turned into a Pattern at the end."""
 
@@ -275,8 +226,6 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     def arriving(q):
         return edge_items(family, q, me, in_labels[q])
 
-    private = comm.Dup()
-    messenger = _Messenger(private)
     steps = _Steps()
     out_active, in_active = set(out_labels), set(in_labels)
     # M: active out-neighbor n -> sorted array of the other ranks still sending to n, in the
@@ -298,7 +247,8 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     done = False
     info = Counter()
     round_ = 0
-    try:
+    with protocol_communicator(comm) as private:
+        messenger = ProtocolChannel(private)
         while not done or in_active:
             # A. refresh M: my active in-neighbors learn whom I dropped (round 0: everything;
             # the edge labels only for the alltoall family, where forwarded items name them)
@@ -353,7 +303,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
                     steps.recv(2 * round_, q, arriving(q))
                 in_active.discard(q)
                 removed.append(q)
-            messenger.complete()
+            messenger.finish()
             out_active -= covered
             for n in covered:
                 M.pop(n, None)
@@ -362,8 +312,6 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
         info["rounds"] = round_
         phase1_messages = messenger.sent
         pairs_total = private.allreduce(info["friends_paired"], op=MPI.SUM) // 2
-    finally:
-        private.Free()
     return Pattern(family, me, steps.steps(), info={
         "theta": theta,
         "friends": info["friends"],

@@ -72,6 +72,7 @@ from ..topology import PROC_NULL, Topology
 from ..topology.placement import override as placement_override
 from ..topology.placement import resolve as resolve_placement
 from . import Algorithm, register
+from .protocol import ProtocolChannel, protocol_communicator
 
 # Signals of Algorithms 2 and 3.
 REQ, ACCEPT, DROP, EXIT = 0, 1, 2, 3
@@ -137,32 +138,7 @@ def ranked(rank: int, C: numpy.ndarray, A: numpy.ndarray, h1: tuple, h2: tuple) 
     return [c for c, _ in sorted(zip(C.tolist(), scores), key=key)]
 
 
-class _Channel:
-    """Point-to-point traffic of the build on one communicator; counts what it sends."""
-
-    def __init__(self, comm):
-        self.comm = comm
-        self.requests = []
-        self.sent = 0
-        self.status = MPI.Status()
-
-    def send(self, obj, dest: int, tag: int) -> None:
-        """Nonblocking send (completed by :meth:`finish`)."""
-        self.requests.append(self.comm.isend(obj, dest, tag))
-        self.sent += 1
-
-    def recv(self, source: int, tag: int) -> tuple:
-        """``(object, source)``; ``source`` may be ``ANY_SOURCE``."""
-        obj = self.comm.recv(None, source, tag, self.status)
-        return obj, self.status.Get_source()
-
-    def finish(self) -> None:
-        """Complete every send posted so far."""
-        [r.wait() for r in self.requests]
-        self.requests = []
-
-
-def find_agent(channel: _Channel, tag: int, candidates: list) -> int:
+def find_agent(channel: ProtocolChannel, tag: int, candidates: list) -> int:
     """Algorithm 2: ask candidates best first until one ACCEPTs; -1 if none does."""
     if not candidates:
         return -1
@@ -210,7 +186,7 @@ def find_agent(channel: _Channel, tag: int, candidates: list) -> int:
     return selected
 
 
-def find_origin(channel: _Channel, tag: int, candidates: list) -> int:
+def find_origin(channel: ProtocolChannel, tag: int, candidates: list) -> int:
     """Algorithm 3: ACCEPT the best origin once it has asked, DROP every other; -1 if none."""
     if not candidates:
         return -1
@@ -290,7 +266,7 @@ def build_cp(topology: Topology, comm, L: int) -> Plan:
     I = sorted({s for s in topology.sources if s != PROC_NULL and s != p})
     rows = comm.allgather(out_bits(O, n)) if n > L else None  # calculate_A's input
     out = numpy.asarray(O, dtype=numpy.int64)
-    channel = _Channel(comm)
+    channel = ProtocolChannel(comm)
     O_on = set(O)
     O_org: dict = {}
     I_on: dict = {s: {s} for s in I}
@@ -373,13 +349,10 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
         raise NotImplementedError("distance_halving implements the allgather family only")
     placement = resolve_placement(comm, options.get("ranks_per_socket"), options.get("sockets_per_node"))
     L = placement.ranks_per_socket
-    protocol = comm.Dup()
-    try:
+    with protocol_communicator(comm) as protocol:
         plan = build_cp(topology, protocol, L)
         found = sum(1 for s in plan.steps if s.agent >= 0)
         with_agent = protocol.allreduce(1 if found else 0)
-    finally:
-        protocol.Free()
     plan.info.update(placement.describe())
     plan.info.update({
         "halving_steps": len(plan.steps),

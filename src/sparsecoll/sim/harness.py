@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..algorithms import check_options, get as get_algorithm
+from ..algorithms.common_neighbor import pair_friends
+from ..algorithms.protocol import ProtocolChannel
 from ..pattern import family_of, stats
 from ..verify import verify as verify_patterns
 from .world import World
@@ -126,3 +128,16 @@ def build_patterns(topologies, algorithm: str, family: str, options: Optional[di
         run.info["verify_seconds"] = time.perf_counter() - start
         run.info["verify_cpu_seconds"] = time.process_time() - cpu
     return run
+
+
+def pair_on_virtual_ranks(weights_by_rank) -> list:
+    """Algorithm 2 of HiPC 2017 alone on one virtual rank per entry (tests and sweeps).
+
+    ``weights_by_rank[p]`` maps each friend of ``p`` to the common-neighbor count (must be
+    symmetric). Returns per rank ``(friend or None, iteration it ended in, messages sent)``.
+    """
+    def body(comm):
+        channel = ProtocolChannel(comm)
+        friend, iterations = pair_friends(channel, comm.Get_rank(), weights_by_rank[comm.Get_rank()])
+        return friend, iterations, channel.sent
+    return World(len(weights_by_rank)).run(body)
