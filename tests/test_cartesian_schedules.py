@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparsecoll import verify
-from sparsecoll.algorithms import explain_choice, get
+from sparsecoll.algorithms import get
+from sparsecoll.model.choice import explain_choice
 from sparsecoll.algorithms.cartesian import (allgather_schedule, alltoall_schedule, auto_choice,
                                              combining_pattern, trivial_pattern)
 from sparsecoll.cartesian_table import FIGURE2_OFFSETS, PAPER_TABLE1, stencil_offsets, table1_row

@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 def algorithms() -> dict:
     """The registered algorithms: name -> one-line summary (plus ``"auto"``)."""
     listing = {name: alg.summary for name, alg in _registry.REGISTRY.items()}
-    listing["auto"] = "chosen per topology and collective family by the cost model"
+    listing[_registry.AUTO] = "chosen per topology and collective family by the cost model"
     return listing
 
 

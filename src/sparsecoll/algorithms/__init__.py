@@ -8,47 +8,32 @@ that validates them for a communicator of ``size`` ranks (called by :func:`check
 ``wrap``, so bad values raise before any message is sent). ``runs_library=True`` marks the
 entry whose calls go straight to the MPI library (``native``); its ``build`` gives the
 one-step pattern the library uses, which ``plan_stats`` reports.
-``"auto"`` is resolved by :func:`choose`.
+The table below is the only place an algorithm is listed; ``"auto"`` is resolved by
+:mod:`sparsecoll.model.choice`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from . import cartesian, common_neighbor, direct, distance_halving, native
+from .base import Algorithm
 
-from ..pattern import FAMILIES
+#: Every algorithm, by name (the order of ``sparsecoll.algorithms()``).
+REGISTRY: dict = {algorithm.name: algorithm for algorithm in (
+    direct.ALGORITHM,
+    native.ALGORITHM,
+    cartesian.TRIVIAL,
+    cartesian.COMBINING,
+    common_neighbor.ALGORITHM,
+    distance_halving.ALGORITHM,
+)}
+AUTO = "auto"  # the name that asks the cost model (not an entry)
 
-
-@dataclass(frozen=True)
-class Algorithm:
-    """One registered algorithm."""
-
-    name: str
-    summary: str
-    families: tuple = FAMILIES
-    build: Optional[Callable] = None
-    paper: Optional[str] = None
-    supports: Optional[Callable] = None
-    options: dict = field(default_factory=dict)
-    check: Optional[Callable] = None
-    builds_locally: bool = True
-    runs_library: bool = False
-
-    def unsupported_reason(self, topology, family: str) -> Optional[str]:
-        """Why this algorithm cannot run ``family`` on ``topology`` (None if it can)."""
-        if family not in self.families:
-            return f"algorithm {self.name!r} does not implement the {family} family"
-        if self.supports is not None:
-            return self.supports(topology)
-        return None
-
-
-REGISTRY: dict = {}
+__all__ = ["Algorithm", "REGISTRY", "AUTO", "get", "register", "check_name", "check_options"]
 
 
 def register(algorithm: Algorithm) -> Algorithm:
-    """Add an algorithm to the registry (names are unique)."""
-    if algorithm.name in REGISTRY or algorithm.name == "auto":
+    """Add an algorithm defined outside the library (a test's, a user's) to the table."""
+    if algorithm.name in REGISTRY or algorithm.name == AUTO:
         raise ValueError(f"algorithm: name {algorithm.name!r} is already taken")
     REGISTRY[algorithm.name] = algorithm
     return algorithm
@@ -67,25 +52,9 @@ def check_name(name) -> str:
     """Validate an ``algorithm=`` argument (``"auto"`` or a registered name)."""
     if not isinstance(name, str):
         raise TypeError(f"algorithm: expected a string, got {type(name).__name__}")
-    if name != "auto":
+    if name != AUTO:
         get(name)
     return name
-
-
-def choose(topology, family: str, options: dict) -> str:
-    """The algorithm ``"auto"`` runs for this topology and family."""
-    return explain_choice(topology, family, options)["algorithm"]
-
-
-def explain_choice(topology, family: str, options: dict) -> dict:
-    """The choice of ``"auto"`` with its reasons (``plan_stats`` reports it under ``"auto"``).
-
-    Isomorphic (Cartesian) neighborhoods: the Hockney model decides between message
-    combining and one message per neighbor (:func:`.cartesian.auto_choice`). Others: ``direct``.
-    """
-    if _cartesian.unsupported(topology) is None:
-        return _cartesian.auto_choice(topology, family, options)
-    return {"algorithm": "direct"}
 
 
 def check_options(name: str, options: dict, size: int) -> dict:
@@ -94,7 +63,7 @@ def check_options(name: str, options: dict, size: int) -> dict:
     ``size`` is the number of ranks of the communicator the options are for.
     """
     known = {}
-    candidates = REGISTRY.values() if name == "auto" else [get(name)]
+    candidates = REGISTRY.values() if name == AUTO else [get(name)]
     for algorithm in candidates:
         known.update(algorithm.options)
     unknown = sorted(set(options) - set(known))
@@ -105,10 +74,3 @@ def check_options(name: str, options: dict, size: int) -> dict:
         if algorithm.check is not None:
             merged.update(algorithm.check({key: merged[key] for key in algorithm.options}, size))
     return merged
-
-
-from . import direct as _direct  # noqa: E402,F401  (registers)
-from . import native as _native  # noqa: E402,F401  (registers)
-from . import cartesian as _cartesian  # noqa: E402  (registers)
-from . import common_neighbor as _common_neighbor  # noqa: E402,F401  (registers)
-from . import distance_halving as _distance_halving  # noqa: E402,F401  (registers)

@@ -35,7 +35,7 @@ from ..checks import nonnegative_number
 from ..pattern import ALLTOALL, Message, Pattern, Step, gather_item, personal_item
 from ..topology import PROC_NULL, Topology
 from ..topology.cartesian import GRID_OPTION, Grid, grid_of, is_cartesian, routes
-from . import Algorithm, register
+from .base import Algorithm
 
 PAPER = "Träff and Hunold, Cartesian Collective Communication, ICPP 2019"
 
@@ -311,14 +311,14 @@ def auto_choice(topology: Topology, family: str, options: dict) -> dict:
             "cutoff_bytes": cutoff, "predicted_combining_s": combining, "predicted_trivial_s": trivial}
 
 
-TRIVIAL = register(Algorithm(
+TRIVIAL = Algorithm(
     name="cartesian_trivial",
     summary="Cartesian neighborhoods: one send-receive round per offset (Träff-Hunold Listing 4)",
     build=_build_trivial, paper=PAPER, supports=unsupported, options=OPTIONS, check=check_options,
-))
+)
 
-COMBINING = register(Algorithm(
+COMBINING = Algorithm(
     name="cartesian",
     summary="Cartesian neighborhoods: dimension-wise message combining (Träff-Hunold Algorithms 1, 2)",
     build=_build_combining, paper=PAPER, supports=unsupported, options=OPTIONS, check=check_options,
-))
+)

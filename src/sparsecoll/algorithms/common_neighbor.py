@@ -87,7 +87,7 @@ from mpi4py import MPI
 from ..checks import positive_integer
 from ..pattern import ALLGATHER, Message, Pattern, Step, gather_item, personal_item
 from ..topology import PROC_NULL, Topology
-from . import Algorithm, register
+from .base import Algorithm
 from .protocol import ProtocolChannel, protocol_communicator
 
 DEFAULT_THETA = 4
@@ -372,7 +372,7 @@ def _combine(me, friend, family, out_labels, in_labels, out_active, in_active, M
     return covered
 
 
-ALGORITHM = register(Algorithm(
+ALGORITHM = Algorithm(
     name="common_neighbor",
     summary="message combining over common neighborhoods of friend pairs, any graph (HiPC 2017)",
     build=build,
@@ -381,4 +381,4 @@ ALGORITHM = register(Algorithm(
     options={"theta": DEFAULT_THETA},
     check=check_options,
     builds_locally=False,
-))
+)

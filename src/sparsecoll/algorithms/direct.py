@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..pattern import Message, Pattern, Step
 from ..topology import PROC_NULL, Topology
-from . import Algorithm, register
+from .base import Algorithm
 
 
 def direct_pattern(topology: Topology, family: str) -> Pattern:
@@ -30,8 +30,8 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     return direct_pattern(topology, family)
 
 
-ALGORITHM = register(Algorithm(
+ALGORITHM = Algorithm(
     name="direct",
     summary="one message per edge in one round (sparsecoll's executor, MPI's own pattern)",
     build=build,
-))
+)

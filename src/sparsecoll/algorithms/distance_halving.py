@@ -71,7 +71,7 @@ from ..pattern import ALLGATHER, Message, Pattern, Step, gather_item
 from ..topology import PROC_NULL, Topology
 from ..topology.placement import override as placement_override
 from ..topology.placement import resolve as resolve_placement
-from . import Algorithm, register
+from .base import Algorithm
 from .protocol import ProtocolChannel, protocol_communicator
 
 # Signals of Algorithms 2 and 3.
@@ -373,7 +373,7 @@ def check_options(options: dict, size: int) -> dict:
     return options
 
 
-ALGORITHM = register(Algorithm(
+ALGORITHM = Algorithm(
     name="distance_halving",
     summary="topology- and load-aware distance halving with agents (allgather family)",
     families=(ALLGATHER,),
@@ -383,4 +383,4 @@ ALGORITHM = register(Algorithm(
     options={"ranks_per_socket": None, "sockets_per_node": None},
     check=check_options,
     builds_locally=False,
-))
+)

@@ -8,12 +8,12 @@ edge, one round); ``Neighbor_allgatherw``, absent from MPI, runs as the library'
 
 from __future__ import annotations
 
-from . import Algorithm, register
+from .base import Algorithm
 from .direct import build as direct_build
 
-ALGORITHM = register(Algorithm(
+ALGORITHM = Algorithm(
     name="native",
     summary="the MPI library's own Neighbor_* (baseline)",
     build=direct_build,  # the pattern plan_stats reports; calls never run it
     runs_library=True,
-))
+)

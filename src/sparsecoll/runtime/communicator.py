@@ -17,6 +17,7 @@ from .. import algorithms
 from ..bind import bind, has_transit
 from ..buffers import Blocks, parse_simple, parse_vector, parse_w
 from ..execute.p2p import Executor
+from ..model.choice import explain_choice
 from ..pattern import family_of, stats
 from ..topology import Topology, from_comm
 from .caches import CACHE_SIZE, ParseCache, Recent, call_signature
@@ -81,8 +82,8 @@ class CommRuntime:
         """The algorithm ``plan`` runs for ``family`` with the reasons (``auto`` asks the model)."""
         choice = self._choices.get((plan.key, family))
         if choice is None:
-            if plan.algorithm == "auto":
-                choice = algorithms.explain_choice(self.topology, family, dict(plan.options))
+            if plan.algorithm == algorithms.AUTO:
+                choice = explain_choice(self.topology, family, dict(plan.options))
             else:
                 choice = {"algorithm": plan.algorithm}
             self._choices[(plan.key, family)] = choice
@@ -132,7 +133,7 @@ class CommRuntime:
                 f"comm.pattern({collective!r}) on every rank first")
         result = {"algorithm": self.resolve(plan, family), **stats(pattern),
                   "build_seconds": self.build_seconds.get(self._pattern_key(plan, family), 0.0)}
-        if plan.algorithm == "auto":
+        if plan.algorithm == algorithms.AUTO:
             result["auto"] = self.explain(plan, family)
         return result
 

@@ -27,7 +27,7 @@ class Plan:
     def __post_init__(self):
         shaping = tuple((name, repr(value)) for name, value in sorted(self.options.items()) if name != GRID_OPTION)
         object.__setattr__(self, "key", (self.algorithm, shaping))
-        runs_library = self.algorithm != "auto" and algorithms.get(self.algorithm).runs_library
+        runs_library = self.algorithm != algorithms.AUTO and algorithms.get(self.algorithm).runs_library
         object.__setattr__(self, "native", runs_library)
 
 

@@ -1,0 +1,32 @@
+"""What one registered algorithm is: :class:`Algorithm` (the registry itself is the package)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..pattern import FAMILIES
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One registered algorithm."""
+
+    name: str
+    summary: str
+    families: tuple = FAMILIES
+    build: Optional[Callable] = None
+    paper: Optional[str] = None
+    supports: Optional[Callable] = None
+    options: dict = field(default_factory=dict)
+    check: Optional[Callable] = None
+    builds_locally: bool = True
+    runs_library: bool = False
+
+    def unsupported_reason(self, topology, family: str) -> Optional[str]:
+        """Why this algorithm cannot run ``family`` on ``topology`` (None if it can)."""
+        if family not in self.families:
+            return f"algorithm {self.name!r} does not implement the {family} family"
+        if self.supports is not None:
+            return self.supports(topology)
+        return None
