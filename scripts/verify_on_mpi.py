@@ -9,7 +9,7 @@ maximum messages per rank against direct's, steps, verify result, build seconds.
 
     python scripts/verify_on_mpi.py --np 32 [--specs "SPEC;SPEC"] [--algorithms ...] [--placement 4x2]
 
-``--np N`` launches itself with the installed wheel's ``mpiexec`` (sparsecoll.launch);
+``--np N`` launches itself with the installed wheel's ``mpiexec`` (sparsecoll.tools.launch);
 without it the script expects to run inside an mpiexec launch. Exit status 1 if any case
 fails.
 """
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     """Launch (``--np``) or run every case on this launch's ranks."""
     args = parse_args(argv)
     if args.np is not None:
-        from sparsecoll.launch import mpiexec_command
+        from sparsecoll.tools.launch import mpiexec_command
         rest = [a for a in (argv if argv is not None else sys.argv[1:])]
         i = rest.index("--np")
         del rest[i:i + 2]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparsecoll.launch import mpiexec_command
+from sparsecoll.tools.launch import mpiexec_command
 
 ROOT = Path(__file__).resolve().parent.parent
 

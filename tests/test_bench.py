@@ -10,10 +10,10 @@ import sys
 import numpy
 import pytest
 
-from sparsecoll.bench.command import parse_modes
-from sparsecoll.bench.report import phase_rows, summarize
-from sparsecoll.bench.runner import PHASE_FIELDS, measure
-from sparsecoll.bench.workloads import BUNDLED_MATRIX, matrix_partition
+from sparsecoll.tools.bench.command import parse_modes
+from sparsecoll.tools.bench.report import phase_rows, summarize
+from sparsecoll.tools.bench.runner import PHASE_FIELDS, measure
+from sparsecoll.tools.bench.workloads import BUNDLED_MATRIX, matrix_partition
 
 from .conftest import ROOT
 

@@ -4,7 +4,7 @@
 * :mod:`.evaluate`: per-step evaluation of all ranks' Patterns (single port, optional
   per-node injection serialization);
 * :mod:`.paper2023`: eqs. 1-8 of Sharifian, Sojoodi and Afsahi (2023), §V;
-* :mod:`.calibrate`: ``sparsecoll calibrate`` (ping-pong fit of alpha and beta).
+* :mod:`.calibrate`: the ping-pong and burst measurements and fits behind ``sparsecoll calibrate``.
 """
 
 from .evaluate import CompiledPatterns, Prediction, evaluate, predict

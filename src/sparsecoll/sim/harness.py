@@ -68,13 +68,13 @@ def placement_options(algorithm: str, placement) -> dict:
 def workload_adjacency(spec: str, size: int):
     """The :class:`~sparsecoll.topology.generators.Adjacency` of a benchmark workload SPEC.
 
-    Covers the SPECs of :mod:`sparsecoll.bench.workloads` that name a process graph:
+    Covers the SPECs of :mod:`sparsecoll.tools.bench.workloads` that name a process graph:
     the generators (``random``, ``moore``, ``sparse-alltoall``), ``stencil:d=..,n=..,f=..``
     (the same offsets on the same ``Compute_dims`` grid) and ``matrix:[PATH]`` (the same
     row-block partition). ``cart`` (a plain Cartesian communicator, whose neighbor
     matching differs from an offset list's) raises ``ValueError``.
     """
-    from ..bench import workloads
+    from ..tools.bench import workloads
     from ..topology import generators
     kind, _, rest = str(spec).partition(":")
     if kind == "stencil":

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy
 from mpi4py import MPI
 
-from .. import wrap
-from ..topology import generators
+from sparsecoll import cart_neighborhood_create, wrap
+from sparsecoll.topology import generators
 
 BUNDLED_MATRIX = Path(__file__).parent / "data" / "dwt_193.mtx"
 
@@ -98,7 +98,6 @@ def build(spec: str, world: MPI.Comm) -> Workload:
     kind, _, rest = spec.partition(":")
     size, rank = world.Get_size(), world.Get_rank()
     if kind == "stencil":
-        from ..cartcomm import cart_neighborhood_create
         p = _params(rest, {"d": int, "n": int, "f": int}, kind)
         d, n, f = p.get("d", 2), p.get("n", 3), p.get("f", -1)
         dims = MPI.Compute_dims(size, d)

@@ -35,9 +35,11 @@ from dataclasses import dataclass
 import numpy
 from mpi4py import MPI
 
-from ..algorithms import REGISTRY
-from ..pattern import family_of
-from .. import wrap
+from sparsecoll import wrap
+from sparsecoll.algorithms import REGISTRY
+from sparsecoll.pattern import family_of
+
+from . import probe
 from .workloads import Workload
 
 COLLECTIVES = ("allgather", "allgatherv", "alltoall", "alltoallv")
@@ -152,15 +154,11 @@ def phase1_seconds(world, comm, collective: str, repetitions: int) -> dict:
     """
     if repetitions < 1:
         raise ValueError(f"repetitions: expected at least 1, got {repetitions}")
-    name = comm.resolved_algorithm(collective)
-    algorithm = REGISTRY[name]
-    options = comm._sc_options  # the wrapper's options, as its own pattern() uses them
-    private = comm._sc_state.private
     wall, cpu = numpy.empty(repetitions), numpy.empty(repetitions)
     for k in range(repetitions):
         world.Barrier()
         start, start_cpu = time.perf_counter(), time.thread_time()
-        algorithm.build(comm.topology, private, options, family_of(collective))
+        probe.build_pattern(comm, collective)
         wall[k], cpu[k] = time.perf_counter() - start, time.thread_time() - start_cpu
     return {"phase1_seconds": _median_of_max(world, wall), "phase1_cpu_seconds": _median_of_max(world, cpu)}
 
@@ -178,16 +176,13 @@ def phase2_seconds(world, comm, collective: str, buffers: Buffers, repetitions: 
     """
     if repetitions < 1:
         raise ValueError(f"repetitions: expected at least 1, got {repetitions}")
-    from ..execute.p2p import Executor
-    private = comm._sc_state.private
     bind_wall, wall, cpu = numpy.empty(repetitions), numpy.empty(repetitions), numpy.empty(repetitions)
     for k in range(repetitions):
         world.Barrier()
         start, start_cpu = time.perf_counter(), time.thread_time()
-        send, recv = comm._parse_uncached(collective, buffers.sendspec, buffers.recvspec)
-        schedule = comm._bind(collective, send, recv)
+        schedule = probe.bind_call(comm, collective, buffers.sendspec, buffers.recvspec)
         bound = time.perf_counter()
-        executor = Executor(private, schedule, 0)  # channel 0: never run
+        executor = probe.create_requests(comm, schedule)
         wall[k], cpu[k] = time.perf_counter() - start, time.thread_time() - start_cpu
         bind_wall[k] = bound - start
         executor.free()
@@ -270,12 +265,12 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
         shift = rep % len(variants)
         for variant in variants[shift:] + variants[:shift]:
             call = calls[variant]
-            bound_before = handle.schedules_bound
+            bound_before = probe.schedules_bound(handle)
             world.Barrier()
             t0 = timer()
             call()
             samples[variant][rep] = timer() - t0
-            binds[variant] += handle.schedules_bound - bound_before
+            binds[variant] += probe.schedules_bound(handle) - bound_before
     results = []
     for mode in modes:
         result = {"workload": workload.spec, "topology": workload.name, "collective": collective,

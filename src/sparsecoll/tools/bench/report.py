@@ -33,7 +33,7 @@ def environment(world, settings: dict) -> dict:
     import mpi4py
     from mpi4py import MPI
 
-    from .. import __version__
+    from sparsecoll import __version__
     from ..launch import usable_cores
     return {
         "mpi_library": MPI.Get_library_version().strip().splitlines()[0],

@@ -12,11 +12,11 @@ import sys
 
 SUBCOMMANDS = {
     # name: (module, one-line help)
-    "bench": ("sparsecoll.bench.command", "every algorithm against the MPI library on the papers' workloads"),
-    "demo": ("sparsecoll.demo", "wrap a communicator, run every collective with direct and native, compare"),
-    "calibrate": ("sparsecoll.model.calibrate", "measure Hockney alpha and beta by ping-pong, write a parameter file"),
-    "simulate": ("sparsecoll.sim.simulate", "build algorithms on virtual ranks, verify, predict latencies with a cost model"),
-    "cartesian-table": ("sparsecoll.cartesian_table",
+    "bench": ("sparsecoll.tools.bench.command", "every algorithm against the MPI library on the papers' workloads"),
+    "demo": ("sparsecoll.tools.demo", "wrap a communicator, run every collective with direct and native, compare"),
+    "calibrate": ("sparsecoll.tools.calibrate", "measure Hockney alpha and beta by ping-pong, write a parameter file"),
+    "simulate": ("sparsecoll.tools.simulate", "build algorithms on virtual ranks, verify, predict latencies with a cost model"),
+    "cartesian-table": ("sparsecoll.tools.cartesian_table",
                         "the Cartesian paper's Table 1 and Figure 2, counted on sparsecoll's schedules"),
 }
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 
-from .algorithms.cartesian import allgather_schedule, alltoall_schedule, increasing_c_order
+from sparsecoll.algorithms.cartesian import allgather_schedule, alltoall_schedule, increasing_c_order
 
 #: The paper's Table 1: (d, n) -> (t, C, allgather V, alltoall V, printed ratio).
 PAPER_TABLE1 = {
