@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import itertools
 
-from sparsecoll.algorithms.cartesian import allgather_schedule, alltoall_schedule, increasing_c_order
-
 #: The paper's Table 1: (d, n) -> (t, C, allgather V, alltoall V, printed ratio).
 PAPER_TABLE1 = {
     (2, 3): (8, 4, 8, 12, 1.167), (2, 4): (15, 6, 15, 24, 1.250), (2, 5): (24, 8, 24, 40, 1.133),
@@ -37,6 +35,7 @@ def stencil_offsets(d: int, n: int, f: int = -1) -> list:
 
 def table1_row(d: int, n: int, f: int = -1) -> dict:
     """t, C, both volumes and the cut-off ratio, counted on the library's schedules."""
+    from sparsecoll.algorithms.cartesian import allgather_schedule, alltoall_schedule
     offsets = stencil_offsets(d, n, f)
     alltoall = alltoall_schedule(offsets, d)
     allgather = allgather_schedule(offsets, d)
@@ -56,6 +55,7 @@ def cutoff_ratio(t: int, c: int, v: int) -> float:
 
 def figure2() -> dict:
     """Allgather tree volumes for Figure 2's neighborhood in several dimension orders."""
+    from sparsecoll.algorithms.cartesian import allgather_schedule, increasing_c_order
     offsets = list(FIGURE2_OFFSETS)
     order = increasing_c_order(offsets, 3)
     return {
