@@ -20,7 +20,7 @@ import sys
 import time
 
 from sparsecoll.sim.harness import build_patterns
-from sparsecoll.topology.generators import generate
+from sparsecoll.topology.specs import generate
 
 RANDOM_DEFAULT = "random:density=0.05,random:density=0.1,random:density=0.2"
 MOORE_DEFAULT = "2:1,2:2,2:3,3:1,3:2,3:3,4:1,4:2,4:3"

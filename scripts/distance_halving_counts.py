@@ -47,7 +47,7 @@ from sparsecoll.model.evaluate import CompiledPatterns, predict  # noqa: E402
 from sparsecoll.model.params import Machine, Placement  # noqa: E402
 from sparsecoll.pattern import stats  # noqa: E402
 from sparsecoll.sim.harness import build_patterns  # noqa: E402
-from sparsecoll.topology.generators import generate  # noqa: E402
+from sparsecoll.topology.specs import generate  # noqa: E402
 
 #: Hockney parameters for the predictions. ASSUMED, not from the paper: the paper fits
 #: its Fig. 2 to ping-pong tests on Niagara (EDR InfiniBand, Dragonfly+) but publishes

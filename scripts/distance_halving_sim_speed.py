@@ -14,7 +14,7 @@ import sys
 import time
 
 from sparsecoll.sim.harness import build_patterns
-from sparsecoll.topology.generators import generate
+from sparsecoll.topology.specs import generate
 
 
 def time_build(spec: str, n: int, algorithm: str, options: dict) -> dict:

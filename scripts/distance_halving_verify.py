@@ -19,7 +19,8 @@ from pathlib import Path
 
 from sparsecoll.model.params import Placement
 from sparsecoll.sim.harness import build_patterns
-from sparsecoll.topology.generators import generate, random_sparse
+from sparsecoll.topology.generators import random_sparse
+from sparsecoll.topology.specs import generate
 
 
 def agreement(patterns) -> int:

@@ -6,7 +6,7 @@ Usage::
                                   [--out DIR]
 
 For each ``results.json`` written by ``sparsecoll bench`` it rebuilds the same topologies
-(:func:`sparsecoll.sim.harness.workload_adjacency`) on as many virtual ranks as the run had,
+(:func:`sparsecoll.topology.specs.generate`) on as many virtual ranks as the run had,
 with the run's placement override (``SPARSECOLL_PLACEMENT`` in its environment) handed to
 the algorithms that take one, builds every measured algorithm's Patterns with the real
 builders (:func:`sparsecoll.sim.harness.build_patterns`, verified), and predicts the
@@ -39,9 +39,10 @@ import numpy
 from sparsecoll.model.evaluate import CompiledPatterns, predict
 from sparsecoll.model.params import Placement, hockney
 from sparsecoll.pattern import family_of
-from sparsecoll.sim.harness import build_patterns, placement_options, workload_adjacency
+from sparsecoll.sim.harness import build_patterns, placement_options
 from sparsecoll.sim.simulate import parse_labelled_params
 from sparsecoll.topology.placement import ENVIRONMENT
+from sparsecoll.topology.specs import generate
 
 NORMALIZED = hockney(1.0, 0.0, "normalized: alpha = 1, beta = 0 (messages on the critical path)")
 PATTERN_OF = {"native": "direct"}  # the MPI library's own pattern is direct's one-step pattern
@@ -73,7 +74,7 @@ def check_run(path: Path, machines: dict) -> dict:
             key = (spec, family, pattern_name)
             if key not in built:
                 start = time.perf_counter()
-                adjacency = workload_adjacency(spec, ranks)
+                adjacency = generate(spec, ranks)
                 run = build_patterns(adjacency.topologies(), pattern_name, family,
                                      placement_options(pattern_name, placement), verify=True)
                 built[key] = (CompiledPatterns.from_patterns(run.patterns), _plan_of(run),

@@ -31,7 +31,8 @@ from pathlib import Path
 from sparsecoll.algorithms import REGISTRY
 from sparsecoll.model.params import Placement
 from sparsecoll.pattern import FAMILIES
-from sparsecoll.sim.harness import build_patterns, placement_options, workload_adjacency
+from sparsecoll.sim.harness import build_patterns, placement_options
+from sparsecoll.topology.specs import generate
 
 DEFAULT_CASES = ("random:density=0.1,seed=1", "moore:D=2,R=2", "stencil:d=3,n=3,f=-1")
 
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
     rows = []
     for spec in args.case or DEFAULT_CASES:
         start = time.perf_counter()
-        adjacency = workload_adjacency(spec, args.ranks)
+        adjacency = generate(spec, args.ranks)
         topologies = adjacency.topologies()
         topology_seconds = time.perf_counter() - start
         print(f"{spec:<28} topology: {adjacency.edges()} edges, {topology_seconds:.1f} s"

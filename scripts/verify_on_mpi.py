@@ -41,7 +41,8 @@ def run_case(world, spec: str, algorithm: str, family: str, options: dict) -> tu
 
     import sparsecoll
     from sparsecoll.pattern import stats
-    from sparsecoll.topology.generators import create_dist_graph, generate
+    from sparsecoll.topology.generators import create_dist_graph
+    from sparsecoll.topology.specs import generate
     from sparsecoll.verify import VerificationError, verify
 
     raw = create_dist_graph(world, generate(spec, world.Get_size()))

@@ -13,7 +13,7 @@ import pytest
 from sparsecoll.tools.bench.command import parse_modes
 from sparsecoll.tools.bench.report import phase_rows, summarize
 from sparsecoll.tools.bench.runner import PHASE_FIELDS, measure
-from sparsecoll.tools.bench.workloads import BUNDLED_MATRIX, matrix_partition
+from sparsecoll.topology.specs import BUNDLED_MATRIX, matrix_partition
 
 from .conftest import ROOT
 

@@ -18,7 +18,8 @@ from sparsecoll import verify
 from sparsecoll.algorithms import explain_choice, get
 from sparsecoll.algorithms.cartesian import (allgather_schedule, alltoall_schedule, auto_choice,
                                              combining_pattern, trivial_pattern)
-from sparsecoll.tools.cartesian_table import FIGURE2_OFFSETS, PAPER_TABLE1, stencil_offsets, table1_row
+from sparsecoll.tools.cartesian_table import FIGURE2_OFFSETS, PAPER_TABLE1, table1_row
+from sparsecoll.topology.specs import stencil_offsets
 from sparsecoll.tools.cli import main
 from sparsecoll.pattern import stats
 from sparsecoll.topology import PROC_NULL, occurrence_labels

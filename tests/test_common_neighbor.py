@@ -18,7 +18,7 @@ from sparsecoll.algorithms.common_neighbor import pair_on_virtual_ranks, split_c
 from sparsecoll.pattern import FAMILIES
 from sparsecoll.sim.harness import build_patterns
 from sparsecoll.topology import graph_topology
-from sparsecoll.topology.generators import generate
+from sparsecoll.topology.specs import generate
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,7 +12,8 @@ from sparsecoll.pattern import stats
 from sparsecoll.sim.harness import build_patterns
 from sparsecoll.sim.world import RankError
 from sparsecoll.topology import placement
-from sparsecoll.topology.generators import Adjacency, generate, random_sparse
+from sparsecoll.topology.generators import Adjacency, random_sparse
+from sparsecoll.topology.specs import generate
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -13,7 +13,7 @@ from sparsecoll.model.calibrate import fit_hockney
 from sparsecoll.pattern import Message, Pattern, Step
 from sparsecoll.sim.harness import build_patterns
 from sparsecoll.sim.simulate import simulate
-from sparsecoll.topology.generators import generate
+from sparsecoll.topology.specs import generate
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -39,7 +39,7 @@ def simulate(ranks: int, topology: str, algorithms, family: str, sizes, machine,
     """
     compare = dict(compare or {})
     from ..model.evaluate import CompiledPatterns, predict
-    from ..topology.generators import generate
+    from ..topology.specs import generate
     from .harness import build_patterns, placement_options
 
     start = time.perf_counter()

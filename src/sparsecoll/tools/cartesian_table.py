@@ -10,8 +10,6 @@ beside the paper's; ``*`` marks a difference. No MPI launch is needed.
 
 from __future__ import annotations
 
-import itertools
-
 #: The paper's Table 1: (d, n) -> (t, C, allgather V, alltoall V, printed ratio).
 PAPER_TABLE1 = {
     (2, 3): (8, 4, 8, 12, 1.167), (2, 4): (15, 6, 15, 24, 1.250), (2, 5): (24, 8, 24, 40, 1.133),
@@ -28,14 +26,10 @@ FIGURE2_PAPER_VOLUMES = {"increasing dimension order": 12, "decreasing dimension
 RATIO_DIGITS = 3
 
 
-def stencil_offsets(d: int, n: int, f: int = -1) -> list:
-    """All ``d``-vectors with coordinates in ``f .. f+n-1``, minus the zero vector."""
-    return [v for v in itertools.product(range(f, f + n), repeat=d) if any(v)]
-
-
 def table1_row(d: int, n: int, f: int = -1) -> dict:
     """t, C, both volumes and the cut-off ratio, counted on the library's schedules."""
     from sparsecoll.algorithms.cartesian import allgather_schedule, alltoall_schedule
+    from sparsecoll.topology.specs import stencil_offsets
     offsets = stencil_offsets(d, n, f)
     alltoall = alltoall_schedule(offsets, d)
     allgather = allgather_schedule(offsets, d)

@@ -21,7 +21,9 @@ def add_arguments(parser) -> None:
     """Options of ``sparsecoll simulate``."""
     parser.add_argument("--ranks", type=int, default=1024, help="number of virtual ranks")
     parser.add_argument("--topology", default="random:density=0.1",
-                        help="SPEC: random:density=D[,seed=S] | moore:D=d,R=r | sparse-alltoall:p=P[,seed=S]")
+                        help="SPEC: random:density=D[,seed=S] | sparse-alltoall:p=P[,seed=S] | moore:D=d,R=r | "
+                             "stencil:d=D,n=N,f=F | matrix:PATH (empty PATH: a bundled SuiteSparse matrix; "
+                             "needs scipy), as the benchmark's (all but cart)")
     parser.add_argument("--algorithms", default="direct", help="registered algorithms, comma separated")
     parser.add_argument("--family", default="allgather", choices=("allgather", "alltoall"))
     parser.add_argument("--sizes", default="4,64,1024", help="bytes per block, comma separated")
@@ -104,7 +106,12 @@ def run(args) -> int:
     """Run ``sparsecoll simulate``."""
     from sparsecoll.model.params import Placement
     from sparsecoll.sim.simulate import parse_labelled_params, simulate
+    from sparsecoll.topology import specs
 
+    try:
+        specs.parse(args.topology, graph=True)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"simulate: {exc}") from None
     machine, where = load_machine(args.params)
     placement = Placement.parse(args.placement) if args.placement else None
     if args.nic and placement is None:

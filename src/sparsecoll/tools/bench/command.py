@@ -70,7 +70,14 @@ def _forwarded(args) -> list:
 
 def run(args) -> int:
     """Launch (when needed) and run the benchmark."""
+    from sparsecoll.topology import specs
+
     from ..launch import inside_mpi_launch, relaunch
+    for spec in _specs(args):
+        try:
+            specs.parse(spec)
+        except (ValueError, OSError) as exc:
+            raise SystemExit(f"bench: {exc}") from None
     for option, value, least in (("--reps", args.reps, 1), ("--warmup", args.warmup, 0),
                                  ("--phase-reps", args.phase_reps, 1)):
         if value < least:
