@@ -126,7 +126,7 @@ def test_every_registered_builder_verifies(name, spec, family):
 # -- registry-driven: every builder, with the placement its options take ---------------------
 
 #: Small-N cases every buildable algorithm is run on; the script
-#: scripts/simulate_all_builders.py runs the same at 1024+ ranks.
+#: benchmarks/simulate-all-builders/simulate_all_builders.py runs the same at 1024+ ranks.
 SMALL_CASES = [("moore:D=2,R=2", 64), ("random:density=0.1,seed=3", 96), ("stencil:d=3,n=3,f=-1", 64)]
 SMALL_PLACEMENT = Placement(8, 2)
 
