@@ -6,7 +6,13 @@ semantics but runs schedules built by published message-combining algorithms.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
+try:
+    __version__ = _version("sparsecoll")  # pyproject.toml's version, the only one
+except PackageNotFoundError:  # pragma: no cover - run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = ["wrap", "cart_neighborhood_create", "CartNeighborhoodComm", "algorithms", "is_wrapped", "verify",
            "VerificationError", "Pattern", "ScheduleRequest", "waitall", "Cartcomm", "Graphcomm", "Distgraphcomm",
