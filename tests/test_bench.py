@@ -42,7 +42,7 @@ def test_bench_tiny_run_writes_complete_results(tmp_path):
             if name not in names and not name.startswith("test_"):
                 assert REGISTRY[name].unsupported_reason is not None
         native = numpy.array(result["algorithms"]["native"]["samples"])
-        for name, entry in result["algorithms"].items():
+        for entry in result["algorithms"].values():
             samples = numpy.array(entry["samples"])
             assert len(samples) == 6 and entry["agrees_with_native"]
             assert entry["median"] == pytest.approx(numpy.median(samples))
@@ -58,7 +58,7 @@ def _check_modes_and_phases(results, console):
     for result in results:
         cases.setdefault((result["topology"], result["collective"], result["size"]), {})[result["mode"]] = result
     assert len(cases) == 2 * 2 * 2 and all(set(modes) == {"persistent", "nonpersistent"} for modes in cases.values())
-    for (topology, collective, size), modes in cases.items():
+    for (topology, _collective, size), modes in cases.items():
         for name, entry in modes["nonpersistent"]["algorithms"].items():
             persistent = modes["persistent"]["algorithms"][name]
             if name == "native":  # the MPI library's blocking and persistent calls: sparsecoll binds nothing

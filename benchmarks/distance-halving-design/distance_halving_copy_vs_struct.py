@@ -50,7 +50,7 @@ def main(argv=None) -> None:
             csend = comm.Send_init([packed_out, MPI.BYTE], peer, 2)
             crecv = comm.Recv_init([packed_in, MPI.BYTE], peer, 2)
             times = {"struct": [], "copy": []}
-            for rep in range(reps):
+            for _rep in range(reps):
                 for how in ("struct", "copy"):
                     comm.Barrier()
                     t = time.perf_counter()

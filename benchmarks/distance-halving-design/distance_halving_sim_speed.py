@@ -43,7 +43,8 @@ def main(argv=None) -> int:
         jobs.append((spec, int(n), "common_neighbor", {}))
     for job in jobs:
         r = time_build(*job)
-        print(f"{r['algorithm']:<17} {r['ranks']:>5} {r['spec']:<26} {r['seconds']:8.2f} s wall {r['cpu_seconds']:8.2f} s cpu "
+        print(f"{r['algorithm']:<17} {r['ranks']:>5} {r['spec']:<26} {r['seconds']:8.2f} s wall "
+              f"{r['cpu_seconds']:8.2f} s cpu "
               f"{r['messages']:>9} messages {r['us_per_message']:7.2f} us/message", flush=True)
     return 0
 

@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 from distance_halving_verify import agreement  # the script beside this one (Python finds it in the same folder)
-
 from sparsecoll.algorithms import REGISTRY
 from sparsecoll.model import paper2023
 from sparsecoll.model.evaluate import CompiledPatterns, predict

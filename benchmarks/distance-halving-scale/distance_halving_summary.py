@@ -40,7 +40,8 @@ def worked(records) -> list:
             f"| eqs. 1-2 as printed | {eq['n_off']:.2f} (eq. 1) | {eq['n_in']:.2f} (eq. 2) | "
             f"{eq['n_off'] + eq['n_in']:.2f} | {eq['halving_steps']} (ceil(log2(n/L)) + 1) |",
             f"| simulator, by placement (mean / max per rank) | {sim['mean_off_socket']:.2f} / {sim['max_off_socket']} "
-            f"| {sim['mean_intra_socket']:.2f} / {sim['max_intra_socket']} | {sim['mean_sends']:.2f} / {sim['max_sends']} "
+            f"| {sim['mean_intra_socket']:.2f} / {sim['max_intra_socket']} "
+            f"| {sim['mean_sends']:.2f} / {sim['max_sends']} "
             f"| {sim['mean_halving_steps']:.2f} |",
             f"| simulator, by phase (halving / final step) | {sim['mean_halving_sends']:.2f} | "
             f"{sim['mean_final_sends']:.2f} | | |",
@@ -66,7 +67,8 @@ def model(records) -> list:
              "eq. 2 n_in | sim final sends | sim intra-socket | eq. 3 blocks | sim blocks/final msg | build s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(records, key=lambda r: (r["n"], r["L"], r["delta"])):
-        lines.append(f"| {r['n']} | {r['L']} | {r['delta']} | {r['halving_steps_eq']} / {r['mean_halving_steps']:.2f} | "
+        lines.append(f"| {r['n']} | {r['L']} | {r['delta']} | "
+                     f"{r['halving_steps_eq']} / {r['mean_halving_steps']:.2f} | "
                      f"{r['eq1_n_off']:.2f} | {r['mean_halving_sends']:.2f} | {r['mean_off_socket']:.2f} | "
                      f"{r['eq2_n_in']:.2f} | {r['mean_final_sends']:.2f} | {r['mean_intra_socket']:.2f} | "
                      f"{r['eq3_m_in_blocks']:.2f} | {r['blocks_per_final_message']:.2f} | {r['build_seconds']:.0f} |")
@@ -95,7 +97,8 @@ def table(title: str, records) -> list:
         b = r["max_bytes_per_rank"]
         lines.append(
             f"| {r['spec']} | {r['algorithm']} | {r['mean_off_socket']:.2f} / {r['max_off_socket']} | "
-            f"{r['mean_intra_socket']:.2f} / {r['max_intra_socket']} | {r['mean_off_node']:.2f} / {r['max_off_node']} | "
+            f"{r['mean_intra_socket']:.2f} / {r['max_intra_socket']} | "
+            f"{r['mean_off_node']:.2f} / {r['max_off_node']} | "
             f"{r['max_send_items']} | {b['32']} / {b['4194304']} | {r['max_steps']} | "
             + " | ".join(f"{r['predicted_speedup_over_direct'][m]:.2f}" for m in sizes)
             + f" | {r['build_seconds']:.0f} |")

@@ -234,7 +234,8 @@ def main(argv=None) -> int:
     first = [spec for spec in args.first.split(";") if spec]
     cases.sort(key=lambda case: (case["spec"] not in first, case["work"]))
     out = Path(args.out)
-    command = "python benchmarks/hipc2017-predicted/hipc2017_predicted.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python benchmarks/hipc2017-predicted/hipc2017_predicted.py " + " ".join(
+        sys.argv[1:] if argv is None else argv)
     survey = duplicate_survey(sorted({args.moore_ranks, 8192}))
     finished, attempted = {}, {}
     for folder in args.resume_from:

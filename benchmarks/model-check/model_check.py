@@ -182,9 +182,10 @@ def markdown(checks: list, machines: dict, command: str) -> str:
             cells += [f"{r['speedup_predicted'][label]:.2f}" if "speedup_predicted" in r else "-" for label in labels]
             cells.append("yes" if r["plan_match"] else f"NO: sim {r['plan_simulated']} vs bench {r['plan_measured']}")
             lines.append("| " + " | ".join(cells) + " |")
-        lines += ["", ("speedup direction: rows whose Patterns differ from direct's, where measured and predicted agree "
-                  "on faster / slower than direct."), "",
-                  "| parameter set | median abs err | min err | max err | speedup direction agrees |", "|---|---|---|---|---|"]
+        lines += ["", ("speedup direction: rows whose Patterns differ from direct's, where measured and predicted "
+                       "agree on faster / slower than direct."), "",
+                  "| parameter set | median abs err | min err | max err | speedup direction agrees |",
+                  "|---|---|---|---|---|"]
         groups = [("", check["summary"])] + [(f" ({mode} rows)", summary)
                                              for mode, summary in check["summary"].get("by_mode", {}).items()]
         for suffix, summary in groups:

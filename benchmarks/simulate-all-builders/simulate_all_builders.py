@@ -82,9 +82,10 @@ def main(argv=None) -> int:
     bad = [f for f in families if f not in FAMILIES]
     if bad:
         parser.error(f"--families: {bad} are not families; known: {list(FAMILIES)}")
-    command = "python benchmarks/simulate-all-builders/simulate_all_builders.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    print(f"{args.ranks} virtual ranks; placement {placement} for {[n for n in names if placement_options(n, placement)]}",
-          flush=True)
+    command = "python benchmarks/simulate-all-builders/simulate_all_builders.py " + " ".join(
+        sys.argv[1:] if argv is None else argv)
+    placed = [n for n in names if placement_options(n, placement)]
+    print(f"{args.ranks} virtual ranks; placement {placement} for {placed}", flush=True)
     print("build/verify: wall seconds (CPU seconds of this process)", flush=True)
     print(f"{'case':<28} {'family':<9} {'algorithm':<18} {'build s':>16} {'verify s':>16} {'steps':>5} "
           f"{'max sends':>9} {'p2p msgs':>8} {'depth':>5} {'peak GiB':>8}  status", flush=True)

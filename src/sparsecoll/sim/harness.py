@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
-from ..algorithms import check_options, get as get_algorithm
+from ..algorithms import check_options
+from ..algorithms import get as get_algorithm
 from ..pattern import family_of, stats
 from ..verify import verify as verify_patterns
 from .world import World
@@ -26,7 +26,7 @@ class BuildRun:
     patterns: list
     counters: list  # per rank Counters.as_dict()
     seconds: float
-    verified: Optional[dict] = None
+    verified: dict | None = None
     info: dict = field(default_factory=dict)
 
     @property
@@ -65,7 +65,7 @@ def placement_options(algorithm: str, placement) -> dict:
     return {"ranks_per_socket": placement.L, "sockets_per_node": placement.S}
 
 
-def build_patterns(topologies, algorithm: str, family: str, options: Optional[dict] = None,
+def build_patterns(topologies, algorithm: str, family: str, options: dict | None = None,
                    verify: bool = True) -> BuildRun:
     """Build ``algorithm``'s Patterns for ``family`` on one virtual rank per Topology.
 

@@ -11,8 +11,15 @@ import os
 import platform
 import time
 
-from sparsecoll.model.calibrate import (DEFAULT_BURSTS, DEFAULT_SIZES, PAIRS, burst_exchange, fit_hockney,
-                                        fit_loggp_bursts, ping_pong)
+from sparsecoll.model.calibrate import (
+    DEFAULT_BURSTS,
+    DEFAULT_SIZES,
+    PAIRS,
+    burst_exchange,
+    fit_hockney,
+    fit_loggp_bursts,
+    ping_pong,
+)
 
 
 def add_arguments(parser) -> None:

@@ -23,7 +23,8 @@ SUBCOMMANDS = {
     "calibrate": ("sparsecoll.tools.calibrate", "measure Hockney alpha and beta by ping-pong, write a parameter file",
                   None, ()),
     "simulate": ("sparsecoll.tools.simulate",
-                 "build algorithms on virtual ranks, verify, predict latencies with a cost model", "sim", ("greenlet",)),
+                 "build algorithms on virtual ranks, verify, predict latencies with a cost model",
+                 "sim", ("greenlet",)),
     "cartesian-table": ("sparsecoll.tools.cartesian_table",
                         "the Cartesian paper's Table 1 and Figure 2, counted on sparsecoll's schedules", None, ()),
 }

@@ -52,7 +52,8 @@ def load_machine(path):
 def _table(results: dict) -> str:
     sizes = [str(m) for m in results["sizes"]]
     head = f"{'algorithm':<18} {'build s':>8} {'steps':>5} {'max sends':>9} {'mean sends':>10} " \
-           f"{'p2p msgs':>9} {'p2p bytes':>10} {'depth':>5} " + " ".join(f"{'t(' + m + 'B)':>11} {'x':>5}" for m in sizes)
+           f"{'p2p msgs':>9} {'p2p bytes':>10} {'depth':>5} " \
+           + " ".join(f"{'t(' + m + 'B)':>11} {'x':>5}" for m in sizes)
     lines = [head]
     for name, e in results["algorithms"].items():
         if "unsupported" in e:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy
 
@@ -49,8 +48,8 @@ class Adjacency:
     sources: tuple
     destinations: tuple
     name: str = ""
-    offsets: Optional[tuple] = None
-    dims: Optional[tuple] = None
+    offsets: tuple | None = None
+    dims: tuple | None = None
     params: dict = field(default_factory=dict, compare=False)
 
     def topology(self, rank: int):

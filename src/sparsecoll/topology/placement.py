@@ -29,7 +29,6 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from ..checks import positive_integer
 from ..model.params import Placement
@@ -80,7 +79,7 @@ def check_override(L, S, size: int, what: str = "") -> Placement:
     return Placement(L, S)
 
 
-def override(size: int, ranks_per_socket=None, sockets_per_node=None) -> Optional[PlacementInfo]:
+def override(size: int, ranks_per_socket=None, sockets_per_node=None) -> PlacementInfo | None:
     """The placement the options or ``SPARSECOLL_PLACEMENT`` impose (None: detect)."""
     if ranks_per_socket is not None or sockets_per_node is not None:
         if ranks_per_socket is None:

@@ -90,7 +90,7 @@ def run(args) -> int:
 def _specs(args) -> list:
     specs = args.topology or DEFAULT_TOPOLOGIES
     if args.seed is not None:
-        specs = [s + (",seed=%d" % args.seed) if s.startswith(("random", "sparse-alltoall")) and "seed=" not in s
+        specs = [s + f",seed={args.seed}" if s.startswith(("random", "sparse-alltoall")) and "seed=" not in s
                  else s for s in specs]
     return specs
 

@@ -18,7 +18,7 @@ SETTING_VARIABLES = ("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "MPIR_CVAR_POLLS_BEFORE_
 def summarize(result: dict) -> None:
     """Add median/quartiles of every algorithm's samples and of its ratio to native."""
     native = result["algorithms"].get("native")
-    for name, entry in result["algorithms"].items():
+    for _name, entry in result["algorithms"].items():
         samples = numpy.array(entry["samples"])
         entry["q1"], entry["median"], entry["q3"] = (float(x) for x in numpy.percentile(samples, [25, 50, 75]))
         if native is not None:
@@ -34,10 +34,11 @@ def environment(world, settings: dict) -> dict:
     from mpi4py import MPI
 
     from sparsecoll import __version__
+
     from ..launch import usable_cores
     return {
         "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
-        "mpi_version": "%d.%d" % MPI.Get_version(),
+        "mpi_version": "{}.{}".format(*MPI.Get_version()),
         "mpi4py": mpi4py.__version__, "python": sys.version.split()[0], "numpy": numpy.__version__,
         "sparsecoll": __version__, "platform": platform.platform(), "hostname": platform.node(),
         "ranks": world.Get_size(), "cores": usable_cores(),
@@ -52,8 +53,8 @@ def write_files(out: Path, results: list, env: dict) -> list:
     (out / "results.json").write_text(json.dumps({"environment": env, "results": results}, indent=1))
     fields = ["topology", "collective", "size", "mode", "algorithm", "median_s", "q1_s", "q3_s",
               "ratio_to_native_median", "ratio_q1", "ratio_q3", "speedup_median", "build_s", "first_call_s",
-              "phase1_s", "phase1_cpu_s", "phase2_s", "phase2_cpu_s", "phase2_bind_s", "binds_per_call", "steps_max", "messages_max",
-              "messages_mean", "items_max", "bytes_max", "bytes_mean", "agrees_with_native"]
+              "phase1_s", "phase1_cpu_s", "phase2_s", "phase2_cpu_s", "phase2_bind_s", "binds_per_call", "steps_max",
+              "messages_max", "messages_mean", "items_max", "bytes_max", "bytes_mean", "agrees_with_native"]
     with open(out / "results.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(fields)
