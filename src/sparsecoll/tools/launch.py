@@ -81,7 +81,8 @@ def mpiexec_command(nprocs: int, program: list) -> tuple:
 def relaunch(nprocs: int, module_args: list) -> int:
     """Run ``python -m sparsecoll MODULE_ARGS`` on ``nprocs`` ranks; print what was set."""
     import subprocess
-    argv, env, settings = mpiexec_command(nprocs, [sys.executable, "-m", "sparsecoll", *module_args])
+    # -u: rank 0's output goes through mpiexec's pipe; unbuffered, it reaches the terminal as it is written
+    argv, env, settings = mpiexec_command(nprocs, [sys.executable, "-u", "-m", "sparsecoll", *module_args])
     shown = " ".join(f"{k}={v}" for k, v in settings.items()) or "(no extra settings)"
     print(f"launching {nprocs} ranks ({usable_cores()} cores, {mpi_flavor()}): {shown}", flush=True)
     print("  " + " ".join(argv), flush=True)

@@ -95,6 +95,40 @@ def _specs(args) -> list:
     return specs
 
 
+class _Progress:
+    """Rank 0's progress: a live bar on a terminal; otherwise (under mpiexec, whose pipe is no
+    terminal) one flushed line per case, so that the launching terminal sees it as it happens."""
+
+    def __init__(self, total: int, started: float):
+        self.total, self.done, self.started = total, 0, started
+        self.bar = None
+        if sys.stdout.isatty():
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                                TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+            self.bar.start()
+            self.task = self.bar.add_task("benchmark", total=total)
+
+    def case(self, description: str) -> None:
+        """A case starts."""
+        if self.bar is not None:
+            self.bar.update(self.task, description=description)
+        else:
+            print(f"[{self.done}/{self.total} measured, {time.time() - self.started:.0f} s] {description}", flush=True)
+
+    def advance(self) -> None:
+        """One (algorithm, mode) of the case is measured."""
+        self.done += 1
+        if self.bar is not None:
+            self.bar.advance(self.task)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+        else:
+            print(f"[{self.done}/{self.total} measured, {time.time() - self.started:.0f} s] done", flush=True)
+
+
 def _measure(args) -> int:
     from mpi4py import MPI
 
@@ -120,21 +154,16 @@ def _measure(args) -> int:
                 names = [n for n in names if n in wanted]
             for size in sizes:
                 plan.append((workload, collective, size, names))
-    progress = None
-    if root:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                            TimeElapsedColumn())
-        progress.start()
-        task = progress.add_task("benchmark", total=len(args.mode) * sum(len(names) for *_, names in plan))
+    progress = _Progress(len(args.mode) * sum(len(names) for *_, names in plan), started) if root else None
     results = []
     phase1_cache = {}
-    for workload, collective, size, names in plan:
+    for number, (workload, collective, size, names) in enumerate(plan, 1):
         if root:
-            progress.update(task, description=f"{workload.name} {collective} {size} B")
+            progress.case(f"case {number}/{len(plan)}: {workload.name} {collective} {size} B, "
+                          f"{len(names)} algorithms x {len(args.mode)} modes")
         measured = measure(world, workload, collective, size, names, modes=args.mode, reps=args.reps,
                            warmup=args.warmup, phase_reps=args.phase_reps, phase1_cache=phase1_cache,
-                           on_progress=(lambda: progress.advance(task)) if root else None)
+                           on_progress=progress.advance if root else None)
         if root:
             for result in measured:
                 summarize(result)
