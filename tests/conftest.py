@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparsecoll.launch import mpiexec_command
+from sparsecoll.tools.launch import mpiexec_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,8 +20,8 @@ RANK_COUNTS = (1, 2, 3, 4, 5, 8)
 
 def run_under_mpi(nprocs: int, test_path: str, *pytest_args: str, timeout: float = 600) -> str:
     """Run ``pytest test_path`` on ``nprocs`` ranks; fail (never hang) on error or timeout."""
-    program = [sys.executable, "-m", "pytest", str(ROOT / test_path), "-q", "-x", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-               "--timeout=240", "--timeout-method=thread", *pytest_args]
+    program = [sys.executable, "-m", "pytest", str(ROOT / test_path), "-q", "-x", "-p", "no:cacheprovider",
+               "-p", "no:hypothesispytest", "--timeout=240", "--timeout-method=thread", *pytest_args]
     argv, env, _ = mpiexec_command(nprocs, program)
     env["PYTHONHASHSEED"] = "0"
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -10,10 +10,10 @@ import sys
 import numpy
 import pytest
 
-from sparsecoll.bench.command import parse_modes
-from sparsecoll.bench.report import phase_rows, summarize
-from sparsecoll.bench.runner import PHASE_FIELDS, measure
-from sparsecoll.bench.workloads import BUNDLED_MATRIX, matrix_partition
+from sparsecoll.tools.bench.command import parse_modes
+from sparsecoll.tools.bench.report import phase_rows, summarize
+from sparsecoll.tools.bench.runner import PHASE_FIELDS, measure
+from sparsecoll.topology.specs import BUNDLED_MATRIX, matrix_partition
 
 from .conftest import ROOT
 
@@ -28,6 +28,9 @@ def test_bench_tiny_run_writes_complete_results(tmp_path):
     run = subprocess.run(command, capture_output=True, text=True, timeout=540, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "launching 3 ranks" in run.stdout and "figures:" in run.stdout
+    # progress comes through mpiexec's pipe one line per case (8 cases), then a closing line
+    assert "] case 1/8: moore D=2 R=1 allgather 8 B" in run.stdout and "] case 8/8: " in run.stdout
+    assert run.stdout.index("] case 8/8: ") < run.stdout.index("measured, ", run.stdout.index("] case 8/8: ") + 1)
     data = json.loads((out / "results.json").read_text())
     env = data["environment"]
     assert env["ranks"] == 3 and env["mpi_library"] and env["mpi4py"] and env["cores"] >= 1
@@ -42,7 +45,7 @@ def test_bench_tiny_run_writes_complete_results(tmp_path):
             if name not in names and not name.startswith("test_"):
                 assert REGISTRY[name].unsupported_reason is not None
         native = numpy.array(result["algorithms"]["native"]["samples"])
-        for name, entry in result["algorithms"].items():
+        for entry in result["algorithms"].values():
             samples = numpy.array(entry["samples"])
             assert len(samples) == 6 and entry["agrees_with_native"]
             assert entry["median"] == pytest.approx(numpy.median(samples))
@@ -58,7 +61,7 @@ def _check_modes_and_phases(results, console):
     for result in results:
         cases.setdefault((result["topology"], result["collective"], result["size"]), {})[result["mode"]] = result
     assert len(cases) == 2 * 2 * 2 and all(set(modes) == {"persistent", "nonpersistent"} for modes in cases.values())
-    for (topology, collective, size), modes in cases.items():
+    for (topology, _collective, size), modes in cases.items():
         for name, entry in modes["nonpersistent"]["algorithms"].items():
             persistent = modes["persistent"]["algorithms"][name]
             if name == "native":  # the MPI library's blocking and persistent calls: sparsecoll binds nothing
@@ -82,6 +85,21 @@ def _check_modes_and_phases(results, console):
     assert f"{wall:.6f} s ({cpu:.6f})" in console
     moore_direct = cases[("moore D=2 R=1", "allgather", 64)]["persistent"]["algorithms"]["direct"]["plan"]
     assert f"{moore_direct['messages_max']}[{moore_direct['steps_max']}] {moore_direct['bytes_max']}B" in console
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_without_native_in_the_list_results_are_still_checked_against_a_native_call(monkeypatch, broken):
+    from mpi4py import MPI
+
+    from sparsecoll.tools.bench import runner
+    from sparsecoll.tools.bench.workloads import build
+    if broken:  # a reference that no algorithm can match: the check must notice
+        monkeypatch.setattr(runner, "native_reference", lambda *args: numpy.full(1, 255, dtype=numpy.uint8))
+    workload = build("moore:D=2,R=1", MPI.COMM_SELF)
+    results = measure(MPI.COMM_SELF, workload, "allgather", 8, ["direct"], modes=["persistent", "blocking"], reps=2,
+                      warmup=0, phase_reps=1)
+    assert [r["mode"] for r in results] == ["persistent", "blocking"]
+    assert all(r["algorithms"]["direct"]["agrees_with_native"] is (not broken) for r in results)
 
 
 def test_parse_modes_accepts_comma_lists_and_names_the_option():

@@ -16,14 +16,20 @@ from hypothesis import strategies as st
 
 from sparsecoll import verify
 from sparsecoll.algorithms import get
+from sparsecoll.algorithms.cartesian import (
+    allgather_schedule,
+    alltoall_schedule,
+    auto_choice,
+    combining_pattern,
+    trivial_pattern,
+)
 from sparsecoll.model.choice import explain_choice
-from sparsecoll.algorithms.cartesian import (allgather_schedule, alltoall_schedule, auto_choice,
-                                             combining_pattern, trivial_pattern)
-from sparsecoll.cartesian_table import FIGURE2_OFFSETS, PAPER_TABLE1, stencil_offsets, table1_row
-from sparsecoll.cli import main
 from sparsecoll.pattern import stats
+from sparsecoll.tools.cartesian_table import FIGURE2_OFFSETS, PAPER_TABLE1, table1_row
+from sparsecoll.tools.cli import main
 from sparsecoll.topology import PROC_NULL, occurrence_labels
 from sparsecoll.topology.cartesian import Grid, offset_topology, routes
+from sparsecoll.topology.specs import stencil_offsets
 
 FAMILIES = ("allgather", "alltoall")
 BUILDERS = {"cartesian": combining_pattern, "cartesian_trivial": trivial_pattern}

@@ -15,11 +15,10 @@ from mpi4py import MPI
 import sparsecoll
 from sparsecoll.algorithms import check_options
 from sparsecoll.algorithms.common_neighbor import split_common
-from sparsecoll.sim.harness import pair_on_virtual_ranks
 from sparsecoll.pattern import FAMILIES
-from sparsecoll.sim.harness import build_patterns
+from sparsecoll.sim.harness import build_patterns, pair_on_virtual_ranks
 from sparsecoll.topology import graph_topology
-from sparsecoll.topology.generators import generate
+from sparsecoll.topology.specs import generate
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -94,7 +94,7 @@ def test_verify_rejects_broken_patterns(topologies):
         patterns = {r: direct_pattern(t, family) for r, t in topologies.items()}
         if not any(p.steps[0].sends for p in patterns.values()):
             continue
-        for what, broken in _mutations(patterns):
+        for _what, broken in _mutations(patterns):
             with pytest.raises(VerificationError):
                 verify(broken, topologies)
 
@@ -122,7 +122,7 @@ def _blocks(base: int, counts, extent: int = 4, datatype=MPI.INT32_T) -> Blocks:
 @settings(max_examples=100, deadline=None)
 @given(multigraphs(), st.data())
 def test_bind_places_direct_messages_in_their_blocks(topologies, data):
-    for r, topology in topologies.items():
+    for _r, topology in topologies.items():
         for family in ("allgather", "alltoall"):
             nsend = 1 if family == "allgather" else topology.outdegree
             send = _blocks(1_000_000, data.draw(st.lists(st.integers(0, 4), min_size=nsend, max_size=nsend)))

@@ -11,7 +11,8 @@ from sparsecoll.algorithms.distance_halving import halving_depth, matrix_a, out_
 from sparsecoll.pattern import stats
 from sparsecoll.sim.harness import build_patterns
 from sparsecoll.topology import placement
-from sparsecoll.topology.generators import Adjacency, generate, random_sparse
+from sparsecoll.topology.generators import Adjacency, random_sparse
+from sparsecoll.topology.specs import generate
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -7,13 +7,14 @@ import math
 import numpy
 import pytest
 
-from sparsecoll.model import Machine, Placement, evaluate, hockney, loggp, predict
 from sparsecoll.model import paper2023 as eq
 from sparsecoll.model.calibrate import fit_hockney
+from sparsecoll.model.evaluate import evaluate, predict
+from sparsecoll.model.params import Machine, Placement, hockney, loggp
 from sparsecoll.pattern import Message, Pattern, Step
 from sparsecoll.sim.harness import build_patterns
 from sparsecoll.sim.simulate import simulate
-from sparsecoll.topology.generators import generate
+from sparsecoll.topology.specs import generate
 
 pytestmark = pytest.mark.timeout(60)
 

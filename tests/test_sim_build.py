@@ -11,16 +11,15 @@ from sparsecoll.algorithms import REGISTRY
 from sparsecoll.algorithms import get as get_algorithm
 from sparsecoll.model.params import Placement
 from sparsecoll.pattern import FAMILIES, Pattern, Step
-from sparsecoll.sim.harness import build_patterns, placement_options, workload_adjacency
+from sparsecoll.sim.harness import build_patterns, placement_options
 from sparsecoll.topology.generators import (
     compute_dims,
     create_dist_graph,
-    generate,
     moore,
     moore_offsets,
-    parse_spec,
     random_sparse,
 )
+from sparsecoll.topology.specs import generate, parse
 from sparsecoll.verify import VerificationError
 
 pytestmark = pytest.mark.timeout(120)
@@ -52,13 +51,42 @@ def test_random_sparse_density_and_seed():
 
 
 def test_spec_parser():
-    assert parse_spec("random:density=0.2,seed=1") == ("random", {"density": 0.2, "seed": 1})
-    assert parse_spec("moore:D=2,R=2") == ("moore", {"D": 2, "R": 2})
-    assert parse_spec("sparse-alltoall:p=0.3") == ("sparse-alltoall", {"p": 0.3})
+    def parsed(text):
+        spec = parse(text)
+        return spec.kind, spec.params
+    assert parsed("random:density=0.2,seed=1") == ("random", {"density": 0.2, "seed": 1})
+    assert parsed("moore:D=2,R=2") == ("moore", {"D": 2, "R": 2})
+    assert parsed("sparse-alltoall:p=0.3") == ("sparse-alltoall", {"p": 0.3, "seed": 0})
+    assert parsed("stencil:n=4") == ("stencil", {"d": 2, "n": 4, "f": -1})
+    assert parsed("cart:") == ("cart", {"d": 2})
+    assert parsed("matrix:")[1]["path"].endswith("dwt_193.mtx")
     assert generate("sparse-alltoall:p=0.3,seed=2", 30).destinations == random_sparse(30, 0.3, 2).destinations
-    for bad in ("torus:D=2", "random:dens=0.2", "moore:D=two", "random:density=1.5"):
-        with pytest.raises(ValueError):
+    for bad in ("torus:D=2", "random:dens=0.2", "moore:D=two", "random:density=1.5", "random", "stencil:d=x",
+                "cart:d=2", "matrix:/no/such.mtx"):
+        with pytest.raises((ValueError, FileNotFoundError)):
             generate(bad, 8)
+
+
+BENCHMARK_SPECS = ["random:density=0.3,seed=1", "sparse-alltoall:p=0.2", "moore:D=2,R=1", "stencil:d=2,n=3,f=-1",
+                   "matrix:"]
+
+
+@pytest.mark.parametrize("spec", BENCHMARK_SPECS)
+def test_simulate_command_accepts_every_benchmark_spec(spec, capsys):
+    from sparsecoll.tools.cli import main
+    assert main(["simulate", "--ranks", "16", "--topology", spec, "--algorithms", "direct,cartesian",
+                 "--sizes", "4"]) == 0
+    out = capsys.readouterr().out
+    assert f"topology {spec}" in out and "\ndirect " in out
+
+
+@pytest.mark.parametrize("spec", ["torus:D=2", "cart:d=2", "random:dens=0.1", "matrix:/no/such.mtx"])
+def test_simulate_command_answers_a_bad_spec_in_one_line(spec):
+    from sparsecoll.tools.cli import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "--ranks", "16", "--topology", spec])
+    message = str(exit_info.value.code)
+    assert message.startswith("simulate: ") and "\n" not in message and spec.partition(":")[0] in message
 
 
 def test_create_dist_graph_from_adjacency():
@@ -98,7 +126,7 @@ def test_every_registered_builder_verifies(name, spec, family):
 # -- registry-driven: every builder, with the placement its options take ---------------------
 
 #: Small-N cases every buildable algorithm is run on; the script
-#: scripts/simulate_all_builders.py runs the same at 1024+ ranks.
+#: benchmarks/simulate-all-builders/simulate_all_builders.py runs the same at 1024+ ranks.
 SMALL_CASES = [("moore:D=2,R=2", 64), ("random:density=0.1,seed=3", 96), ("stencil:d=3,n=3,f=-1", 64)]
 SMALL_PLACEMENT = Placement(8, 2)
 
@@ -108,7 +136,7 @@ def test_every_builder_runs_on_some_case_and_verifies(name):
     """No buildable algorithm may be skipped everywhere: each verifies on at least one case."""
     verified = []
     for spec, ranks in SMALL_CASES:
-        adjacency = workload_adjacency(spec, ranks)
+        adjacency = generate(spec, ranks)
         for family in get_algorithm(name).families:
             try:
                 run = build_patterns(adjacency, name, family, placement_options(name, SMALL_PLACEMENT))
@@ -150,16 +178,16 @@ def test_a_wrong_pattern_fails_the_harness(name, monkeypatch):
         build_patterns(generate("moore:D=2,R=2", 64), name, "allgather")
 
 
-def test_workload_adjacency_matches_the_benchmark_specs():
-    stencil = workload_adjacency("stencil:d=2,n=3,f=-1", 16)
+def test_generate_covers_the_benchmark_specs():
+    stencil = generate("stencil:d=2,n=3,f=-1", 16)
     assert stencil.dims == (4, 4) and len(stencil.offsets) == 8
     assert stencil.destinations == generate("moore:D=2,R=1", 16).destinations  # same 9-point offsets
-    matrix = workload_adjacency("matrix:", 8)
+    matrix = generate("matrix:", 8)
     assert matrix.size == 8 and matrix.edges() > 0
     for r, dests in enumerate(matrix.destinations):
         for d in dests:
             assert r in matrix.sources[d]
-    assert workload_adjacency("random:density=0.2,seed=1", 16).destinations == \
+    assert generate("random:density=0.2,seed=1", 16).destinations == \
         generate("random:density=0.2,seed=1", 16).destinations
     with pytest.raises(ValueError, match="spec"):
-        workload_adjacency("cart:d=2", 8)
+        generate("cart:d=2", 8)

@@ -300,7 +300,8 @@ def test_sizes_must_be_positive_integers(size, error):
             make(size)
 
 
-@pytest.mark.parametrize("D, R, error", [(0, 1, ValueError), (2, 0, ValueError), (2.5, 1, TypeError), (2, "1", TypeError)])
+@pytest.mark.parametrize("D, R, error",
+                         [(0, 1, ValueError), (2, 0, ValueError), (2.5, 1, TypeError), (2, "1", TypeError)])
 def test_moore_dimension_and_radius_must_be_positive_integers(D, R, error):
     with pytest.raises(error, match="[DR]: expected a positive integer"):
         moore(16, D, R)

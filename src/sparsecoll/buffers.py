@@ -15,7 +15,8 @@ Forms accepted (as in mpi4py 4.x):
 
 ``buf`` is any object :func:`mpi4py.MPI.buffer` accepts (buffer protocol, DLPack,
 ``__cuda_array_interface__``), ``None`` inside a list spec for an empty buffer (a bare
-``None`` is a TypeError, as in mpi4py), or ``MPI.BOTTOM`` with absolute displacements. A datatype is an ``MPI.Datatype`` or a typecode string.
+``None`` is a TypeError, as in mpi4py), or ``MPI.BOTTOM`` with absolute displacements.
+A datatype is an ``MPI.Datatype`` or a typecode string.
 Every error is a ValueError or TypeError naming the argument.
 """
 
@@ -362,7 +363,8 @@ def parse_w(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
         datatypes = (datatypes,) * blocks
     datatypes = _per_neighbor(datatypes, blocks, arg, "datatypes", "MPI datatypes")
     checked = {}  # a datatype object repeated across blocks is checked once
-    types = tuple(checked[id(t)] if id(t) in checked else checked.setdefault(id(t), as_datatype(t, f"{arg}: datatypes[{i}]"))
+    types = tuple(checked[id(t)] if id(t) in checked
+                  else checked.setdefault(id(t), as_datatype(t, f"{arg}: datatypes[{i}]"))
                   for i, t in enumerate(datatypes))
     result = Blocks(address, counts, displs, types)
     if not bottom:

@@ -10,7 +10,6 @@ that also offers the paper's helpers (relative ranks, shifts and coordinates, ne
 
 from __future__ import annotations
 
-
 from mpi4py import MPI
 
 from .comm import CartNeighborhoodComm, wrap

@@ -425,10 +425,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     instead of caching it (the non-persistent mode of the HiPC 2017 paper's
     evaluation); ``*_init`` requests always bind once.
     """
-    for mpi_class, wrapper_class in _WRAPPERS:
-        if isinstance(comm, mpi_class):
-            break
-    else:
+    wrapper_class = next((wrapper for mpi_class, wrapper in _WRAPPERS if isinstance(comm, mpi_class)), None)
+    if wrapper_class is None:
         raise TypeError("comm: expected an mpi4py topology communicator (Cartcomm, Graphcomm or "
                         f"Distgraphcomm), got {type(comm).__name__}")
     if comm == MPI.COMM_NULL:

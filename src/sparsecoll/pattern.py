@@ -18,8 +18,8 @@ non-overtaking order); :func:`sparsecoll.verify.verify` checks that they agree.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 ALLGATHER = "allgather"
 ALLTOALL = "alltoall"

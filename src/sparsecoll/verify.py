@@ -17,7 +17,7 @@ checks that
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Mapping, Sequence, Union
+from collections.abc import Mapping, Sequence
 
 
 class VerificationError(AssertionError):
@@ -28,7 +28,7 @@ def _as_mapping(obj) -> Mapping:
     return obj if isinstance(obj, Mapping) else dict(enumerate(obj))
 
 
-def verify(patterns: Union[Mapping, Sequence], topologies: Union[Mapping, Sequence]) -> dict:
+def verify(patterns: Mapping | Sequence, topologies: Mapping | Sequence) -> dict:
     """Check the Patterns of all ranks against their Topologies; raise VerificationError.
 
     Returns a small summary (ranks, steps, messages, items) on success.
@@ -96,7 +96,7 @@ def verify(patterns: Union[Mapping, Sequence], topologies: Union[Mapping, Sequen
                 for item in m.items:
                     arrivals[item] += 1
                     held.add(item)
-        for item, n in wanted.items():
+        for item in wanted:
             if item not in held:
                 raise VerificationError(f"rank {rank} never obtains item {item} for its receive blocks")
         for item, n in arrivals.items():

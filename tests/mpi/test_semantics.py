@@ -13,7 +13,6 @@ from mpi4py import MPI
 
 import sparsecoll
 
-
 WORLD = MPI.COMM_WORLD
 
 
@@ -99,7 +98,7 @@ def test_simple_buffer_forms(ring):
         "[buf, count, displ, dtype]": lambda b: [b, 3, 0, MPI.INT32_T],
     }
     for name, form in forms.items():
-        native, direct = _both(ring, "Neighbor_alltoall", lambda: form(send), form, 6)
+        native, direct = _both(ring, "Neighbor_alltoall", lambda form=form: form(send), form, 6)
         assert native.tobytes() == direct.tobytes(), name
         assert (native != -1).all(), name
     # a send block taken at a displacement, allgather style

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from ..pattern import FAMILIES
 
@@ -15,15 +15,15 @@ class Algorithm:
     name: str
     summary: str
     families: tuple = FAMILIES
-    build: Optional[Callable] = None
-    paper: Optional[str] = None
-    supports: Optional[Callable] = None
+    build: Callable | None = None
+    paper: str | None = None
+    supports: Callable | None = None
     options: dict = field(default_factory=dict)
-    check: Optional[Callable] = None
+    check: Callable | None = None
     builds_locally: bool = True
     runs_library: bool = False
 
-    def unsupported_reason(self, topology, family: str) -> Optional[str]:
+    def unsupported_reason(self, topology, family: str) -> str | None:
         """Why this algorithm cannot run ``family`` on ``topology`` (None if it can)."""
         if family not in self.families:
             return f"algorithm {self.name!r} does not implement the {family} family"

@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional
 
 from ..checks import nonnegative_number
 from ..pattern import ALLTOALL, Message, Pattern, Step, gather_item, personal_item
@@ -91,7 +90,7 @@ def _bucket(indices, offsets, dim: int) -> dict:
     return groups
 
 
-def alltoall_schedule(offsets, ndim: int, order: Optional[tuple] = None) -> CombiningSchedule:
+def alltoall_schedule(offsets, ndim: int, order: tuple | None = None) -> CombiningSchedule:
     """Algorithm 1: phase per dimension, round per distinct non-zero coordinate.
 
     Round members are the indices ``i`` with ``offsets[i][dim] == shift``; every such
@@ -107,7 +106,7 @@ def alltoall_schedule(offsets, ndim: int, order: Optional[tuple] = None) -> Comb
     return CombiningSchedule(order, tuple(phases), volume)
 
 
-def allgather_schedule(offsets, ndim: int, order: Optional[tuple] = None) -> CombiningSchedule:
+def allgather_schedule(offsets, ndim: int, order: tuple | None = None) -> CombiningSchedule:
     """Algorithm 2: the allgather tree, level by level in ``order`` (default increasing ``C_k``).
 
     A tree node is the offset prefix reached so far (coordinates of the processed
@@ -164,11 +163,11 @@ class _RankView:
         step = tuple(shift if k == dim else 0 for k in range(self.grid.ndim))
         return self.grid.shift(self.rank, step)
 
-    def origin(self, travelled) -> Optional[tuple]:
+    def origin(self, travelled) -> tuple | None:
         """Coordinates of the origin of a block that reached this rank after ``travelled``."""
         return self.grid.moved(self.coords, travelled, -1)
 
-    def personal(self, route: int, done) -> Optional[tuple]:
+    def personal(self, route: int, done) -> tuple | None:
         """The alltoall item of ``route`` held here after moving along the dimensions ``done``."""
         offset, label = self.routes[route]
         origin = self.origin(_restricted(offset, done))
@@ -179,7 +178,7 @@ class _RankView:
             return None
         return personal_item(self.grid.rank_at(origin), self.grid.rank_at(target), label)
 
-    def gathered(self, node, leaves) -> Optional[tuple]:
+    def gathered(self, node, leaves) -> tuple | None:
         """The allgather item at tree ``node`` here, if some leaf under it lies on the mesh."""
         origin = self.origin(node)
         if origin is None:
@@ -224,7 +223,7 @@ def trivial_pattern(topology: Topology, family: str) -> Pattern:
     view = _RankView(topology)
     zero = (0,) * view.grid.ndim
     steps = []
-    for route, (offset, label) in enumerate(view.routes):
+    for route, (offset, _label) in enumerate(view.routes):
         if offset == zero:
             continue  # local copy, done by bind
         if family == ALLTOALL:
@@ -242,7 +241,7 @@ def trivial_pattern(topology: Topology, family: str) -> Pattern:
 
 # -- registry -----------------------------------------------------------------------------
 
-def unsupported(topology: Topology) -> Optional[str]:
+def unsupported(topology: Topology) -> str | None:
     """Why the Cartesian algorithms cannot run on ``topology`` (None if they can)."""
     if is_cartesian(topology):
         return None

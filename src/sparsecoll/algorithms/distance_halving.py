@@ -262,8 +262,8 @@ class Plan:
 def build_cp(topology: Topology, comm, L: int) -> Plan:
     """Algorithm 1 with Algorithms 2 and 3 (collective over ``comm``)."""
     n, p = comm.Get_size(), comm.Get_rank()
-    O = sorted({d for d in topology.destinations if d != PROC_NULL and d != p})
-    I = sorted({s for s in topology.sources if s != PROC_NULL and s != p})
+    O = sorted({d for d in topology.destinations if d != PROC_NULL and d != p})  # noqa: E741 (the paper's O)
+    I = sorted({s for s in topology.sources if s != PROC_NULL and s != p})  # noqa: E741 (the paper's I)
     rows = comm.allgather(out_bits(O, n)) if n > L else None  # calculate_A's input
     out = numpy.asarray(O, dtype=numpy.int64)
     channel = ProtocolChannel(comm)

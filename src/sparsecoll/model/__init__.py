@@ -4,11 +4,9 @@
 * :mod:`.evaluate`: per-step evaluation of all ranks' Patterns (single port, optional
   per-node injection serialization);
 * :mod:`.paper2023`: eqs. 1-8 of Sharifian, Sojoodi and Afsahi (2023), §V;
-* :mod:`.calibrate`: ``sparsecoll calibrate`` (ping-pong fit of alpha and beta).
+* :mod:`.calibrate`: the ping-pong and burst measurements and fits behind ``sparsecoll calibrate``;
+* :mod:`.choice`: what ``algorithm="auto"`` runs.
+
+The package itself imports none of them, so that :mod:`.calibrate` (numpy only) loads
+without an MPI library; import from the submodules.
 """
-
-from .evaluate import CompiledPatterns, Prediction, evaluate, predict
-from .params import CLASSES, Machine, Placement, hockney, loggp
-
-__all__ = ["CompiledPatterns", "Prediction", "evaluate", "predict", "Machine", "Placement",
-           "hockney", "loggp", "CLASSES"]

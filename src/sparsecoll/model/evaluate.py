@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy
 
@@ -52,7 +51,7 @@ class CompiledPatterns:
     steps: list  # per step: (src, dst, items) int64 arrays
 
     @classmethod
-    def from_patterns(cls, patterns) -> "CompiledPatterns":
+    def from_patterns(cls, patterns) -> CompiledPatterns:
         """Compile a list (or rank-keyed mapping) of Patterns."""
         if hasattr(patterns, "items") and not isinstance(patterns, (list, tuple)):
             patterns = [patterns[r] for r in sorted(patterns)]
@@ -83,7 +82,7 @@ class Prediction:
         return int(numpy.argmax(self.ends))
 
 
-def _classes(src, dst, placement: Optional[Placement]) -> numpy.ndarray:
+def _classes(src, dst, placement: Placement | None) -> numpy.ndarray:
     """Pair class index per message (0 socket, 1 node, 2 network)."""
     if placement is None:
         return numpy.full(src.shape, 2, dtype=numpy.int64)
@@ -157,7 +156,7 @@ def _nic_starts(src, cls, cost, ready, placement: Placement) -> numpy.ndarray:
     return starts
 
 
-def evaluate(patterns, machine: Machine, block_bytes: int, placement: Optional[Placement] = None,
+def evaluate(patterns, machine: Machine, block_bytes: int, placement: Placement | None = None,
              duplex: bool = False, nic: bool = False) -> Prediction:
     """Predict when every rank finishes the collective (see the module docstring).
 
@@ -200,7 +199,7 @@ def evaluate(patterns, machine: Machine, block_bytes: int, placement: Optional[P
     return Prediction(float(ready.max()) if n else 0.0, ready, block_bytes)
 
 
-def predict(patterns, machine: Machine, sizes, placement: Optional[Placement] = None,
+def predict(patterns, machine: Machine, sizes, placement: Placement | None = None,
             duplex: bool = False, nic: bool = False) -> dict:
     """``{block_bytes: latency}`` for several block sizes (patterns compiled once)."""
     compiled = patterns if isinstance(patterns, CompiledPatterns) else CompiledPatterns.from_patterns(patterns)

@@ -20,54 +20,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Optional
+
+from ..topology.placement import Placement  # noqa: F401  (re-exported: model users name it here)
 
 CLASSES = ("socket", "node", "network")
 HOCKNEY_FIELDS = ("alpha", "beta")
 LOGGP_FIELDS = ("L", "o", "g", "G")
 MODELS = {"hockney": HOCKNEY_FIELDS, "loggp": LOGGP_FIELDS}
-
-
-@dataclass(frozen=True)
-class Placement:
-    """``L`` ranks per socket, ``S`` sockets per node, filled in rank order."""
-
-    L: int
-    S: int = 1
-
-    def __post_init__(self):
-        if self.L < 1 or self.S < 1:
-            raise ValueError(f"placement: expected L >= 1 and S >= 1, got L={self.L}, S={self.S}")
-
-    @classmethod
-    def parse(cls, text: str) -> "Placement":
-        """``"36x2"`` -> Placement(L=36, S=2); ``"36"`` -> one socket per node."""
-        try:
-            parts = [int(x) for x in str(text).lower().split("x")]
-        except ValueError:
-            parts = []
-        if len(parts) not in (1, 2):
-            raise ValueError(f"placement: expected 'LxS' (ranks per socket x sockets per node), got {text!r}")
-        return cls(*parts)
-
-    def socket(self, rank: int) -> int:
-        """Global socket index of ``rank``."""
-        return rank // self.L
-
-    def node(self, rank: int) -> int:
-        """Node index of ``rank``."""
-        return rank // (self.L * self.S)
-
-    def pair_class(self, a: int, b: int) -> str:
-        """``"socket"``, ``"node"`` or ``"network"`` for a message between ranks ``a`` and ``b``."""
-        if a // self.L == b // self.L:
-            return "socket"
-        if self.node(a) == self.node(b):
-            return "node"
-        return "network"
-
-    def __str__(self) -> str:
-        return f"{self.L}x{self.S}"
 
 
 @dataclass(frozen=True)
@@ -108,7 +67,7 @@ class Machine:
         return {"model": self.model, "source": self.source, "classes": self.classes}
 
     @classmethod
-    def from_json(cls, data: dict) -> "Machine":
+    def from_json(cls, data: dict) -> Machine:
         """Inverse of :meth:`to_json`."""
         return cls(data["model"], {k: {f: float(v) for f, v in p.items()} for k, p in data["classes"].items()},
                    data.get("source", ""))
@@ -120,19 +79,19 @@ class Machine:
             f.write("\n")
 
     @classmethod
-    def load(cls, path) -> "Machine":
+    def load(cls, path) -> Machine:
         """Read a parameter file written by :meth:`save` or ``sparsecoll calibrate``."""
         with open(path) as f:
             return cls.from_json(json.load(f))
 
 
-def hockney(alpha: float, beta: float, source: str = "", pair_class: Optional[str] = None) -> Machine:
+def hockney(alpha: float, beta: float, source: str = "", pair_class: str | None = None) -> Machine:
     """A Hockney Machine with the same ``alpha``, ``beta`` for one class (or all)."""
     names = CLASSES if pair_class is None else (pair_class,)
     return Machine("hockney", {c: {"alpha": alpha, "beta": beta} for c in names}, source)
 
 
-def loggp(L: float, o: float, g: float, G: float, source: str = "", pair_class: Optional[str] = None) -> Machine:
+def loggp(L: float, o: float, g: float, G: float, source: str = "", pair_class: str | None = None) -> Machine:
     """A LogGP Machine with the same parameters for one class (or all)."""
     names = CLASSES if pair_class is None else (pair_class,)
     return Machine("loggp", {c: {"L": L, "o": o, "g": g, "G": G} for c in names}, source)

@@ -265,6 +265,24 @@ class CommRuntime:
         finally:
             executor.free()
 
+    # -- the phases apart (the benchmark's Phase 1 and Phase 2 of HiPC 2017) -------------------------
+    def build_uncached(self, plan: Plan, collective: str):
+        """Build ``plan``'s Pattern for ``collective`` anew, not cached (collective for protocols)."""
+        family = family_of(collective)
+        algorithm = algorithms.get(self.resolve(plan, family))
+        return algorithm.build(self.topology, self.private, dict(plan.options), family)
+
+    def bind_uncached(self, plan: Plan, collective: str, sendbuf, recvbuf):
+        """One call's Schedule made from scratch: parse, size pass where needed (collective), bind."""
+        call = self.call_plan(plan, collective)
+        send, recv = self.parse_uncached(collective, sendbuf, recvbuf)
+        sizes = self.run_size_pass(call, send) if call.size_pass else None
+        return self.bind(call, send, recv, sizes)
+
+    def requests_for(self, schedule) -> Executor:
+        """The persistent requests and datatypes a call makes for ``schedule`` (never started; ``.free()`` them)."""
+        return Executor(self.private, schedule, BLOCKING_CHANNEL)
+
     # -- calls ----------------------------------------------------------------------------------
     def blocking(self, call: CallPlan, sendbuf, recvbuf) -> None:
         """A blocking collective call on channel 0."""

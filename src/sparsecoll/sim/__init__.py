@@ -5,8 +5,7 @@ detection, counters); :mod:`.harness` runs any registered algorithm's builder on
 virtual ranks and verifies what it produces.
 """
 
-from .world import (ANY_SOURCE, ANY_TAG, Counters, DeadlockError, RankError, Request,
-                    SimulationError, VirtualComm, World)
+from .world import ANY_SOURCE, ANY_TAG, Counters, DeadlockError, RankError, Request, SimulationError, VirtualComm, World
 
 __all__ = ["World", "VirtualComm", "Request", "Counters", "DeadlockError", "RankError",
            "SimulationError", "ANY_SOURCE", "ANY_TAG"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
-from ..algorithms import check_options, get as get_algorithm
+from ..algorithms import check_options
+from ..algorithms import get as get_algorithm
 from ..algorithms.common_neighbor import pair_friends
 from ..algorithms.protocol import ProtocolChannel
 from ..pattern import family_of, stats
@@ -28,7 +28,7 @@ class BuildRun:
     patterns: list
     counters: list  # per rank Counters.as_dict()
     seconds: float
-    verified: Optional[dict] = None
+    verified: dict | None = None
     info: dict = field(default_factory=dict)
 
     @property
@@ -67,35 +67,7 @@ def placement_options(algorithm: str, placement) -> dict:
     return {"ranks_per_socket": placement.L, "sockets_per_node": placement.S}
 
 
-def workload_adjacency(spec: str, size: int):
-    """The :class:`~sparsecoll.topology.generators.Adjacency` of a benchmark workload SPEC.
-
-    Covers the SPECs of :mod:`sparsecoll.bench.workloads` that name a process graph:
-    the generators (``random``, ``moore``, ``sparse-alltoall``), ``stencil:d=..,n=..,f=..``
-    (the same offsets on the same ``Compute_dims`` grid) and ``matrix:[PATH]`` (the same
-    row-block partition). ``cart`` (a plain Cartesian communicator, whose neighbor
-    matching differs from an offset list's) raises ``ValueError``.
-    """
-    from ..bench import workloads
-    from ..topology import generators
-    kind, _, rest = str(spec).partition(":")
-    if kind == "stencil":
-        p = workloads._params(rest, {"d": int, "n": int, "f": int}, kind)
-        d, n, f = p.get("d", 2), p.get("n", 3), p.get("f", -1)
-        return generators.isomorphic(size, generators.compute_dims(size, d), workloads._stencil_offsets(d, n, f),
-                                     name="stencil", params={"d": d, "n": n, "f": f})
-    if kind == "matrix":
-        path = rest or workloads.BUNDLED_MATRIX
-        sources, destinations, _, _ = workloads.matrix_partition(path, size)
-        return generators.Adjacency(size, tuple(sources), tuple(destinations), name="matrix",
-                                    params={"path": str(path)})
-    if kind == "cart":
-        raise ValueError(f"spec: {spec!r} is a plain Cartesian communicator; virtual ranks model "
-                         "offset lists and graphs only")
-    return generators.generate(spec, size)
-
-
-def build_patterns(topologies, algorithm: str, family: str, options: Optional[dict] = None,
+def build_patterns(topologies, algorithm: str, family: str, options: dict | None = None,
                    verify: bool = True) -> BuildRun:
     """Build ``algorithm``'s Patterns for ``family`` on one virtual rank per Topology.
 

@@ -44,10 +44,10 @@ import gc
 import pickle
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
-from greenlet import greenlet, getcurrent
+from greenlet import getcurrent, greenlet
 from mpi4py import MPI
 
 from ..checks import positive_integer
@@ -106,7 +106,7 @@ class _Message:
 
     __slots__ = ("source", "tag", "data", "stamp", "sync", "taken")
 
-    def __init__(self, source: int, tag: int, data: bytes, stamp: int, sync: Optional["Request"] = None):
+    def __init__(self, source: int, tag: int, data: bytes, stamp: int, sync: Request | None = None):
         self.source = source
         self.tag = tag
         self.data = data
@@ -118,7 +118,7 @@ class _Message:
 @dataclass
 class _Waiting:
     description: str
-    on: Optional[frozenset]  # ranks waited on; None: any rank
+    on: frozenset | None  # ranks waited on; None: any rank
 
 
 class _LazyWaiting:
@@ -145,7 +145,7 @@ class _LazyWaiting:
         return self._get().description
 
     @property
-    def on(self) -> Optional[frozenset]:
+    def on(self) -> frozenset | None:
         """Ranks waited on; None: any rank."""
         return self._get().on
 
@@ -194,7 +194,7 @@ class _Mailbox:
         else:
             self.by_envelope[key] = [queued, msg]
 
-    def find(self, source: int, tag: int, take: bool) -> Optional[_Message]:
+    def find(self, source: int, tag: int, take: bool) -> _Message | None:
         """The earliest arrived message matching ``(source, tag)``; removed if ``take``."""
         if source != ANY_SOURCE and tag != ANY_TAG:
             key = _envelope(source, tag)
@@ -232,11 +232,11 @@ class _Mailbox:
             self.arrivals = [m for m in arrivals if not m.taken]
             self.taken = 0
 
-    def post(self, req: "Request") -> None:
+    def post(self, req: Request) -> None:
         """Queue a receive no unexpected message matched."""
         self.posted.append((req.source, req.tag, req))
 
-    def match_posted(self, source: int, tag: int) -> Optional["Request"]:
+    def match_posted(self, source: int, tag: int) -> Request | None:
         """Remove and return the earliest posted receive that matches ``(source, tag)``."""
         posted = self.posted
         for i, (want_source, want_tag, req) in enumerate(posted):
@@ -282,7 +282,7 @@ def _immutable(obj, depth: int = 0) -> bool:
 class _Context:
     """One communicator across all ranks: mailboxes and collective slots."""
 
-    def __init__(self, world: "World", cid, topologies):
+    def __init__(self, world: World, cid, topologies):
         n = world.size
         self.world = world
         self.cid = cid
@@ -298,7 +298,7 @@ class _Context:
         index = self.label_index.get(sender)
         if index is None:
             topo = self.topologies[sender]
-            index = {(d, l): k for k, (d, l) in enumerate(zip(topo.destinations, topo.out_labels))}
+            index = {(d, label): k for k, (d, label) in enumerate(zip(topo.destinations, topo.out_labels))}
             self.label_index[sender] = index
         return index
 
@@ -325,7 +325,7 @@ class Request:
 
     __slots__ = ("comm", "complete", "message", "value", "source", "tag", "kind", "observed", "slot")
 
-    def __init__(self, comm: "VirtualComm", kind: str, source=PROC_NULL, tag=ANY_TAG):
+    def __init__(self, comm: VirtualComm, kind: str, source=PROC_NULL, tag=ANY_TAG):
         self.comm = comm
         self.kind = kind
         self.complete = False
@@ -389,7 +389,7 @@ class Request:
         return self._describe().description
 
     @property
-    def on(self) -> Optional[frozenset]:
+    def on(self) -> frozenset | None:
         """Ranks a rank blocked on this request waits on; None: any rank."""
         return self._describe().on
 
@@ -448,7 +448,7 @@ def _tag(tag) -> str:
 class VirtualComm:
     """One virtual rank's communicator: the subset of mpi4py's ``Comm`` builders use."""
 
-    def __init__(self, world: "World", ctx: _Context, rank: int):
+    def __init__(self, world: World, ctx: _Context, rank: int):
         self._world = world
         self._ctx = ctx
         self._rank = rank
@@ -476,7 +476,7 @@ class VirtualComm:
             return TAG_UB
         return None
 
-    def Dup(self) -> "VirtualComm":
+    def Dup(self) -> VirtualComm:
         """A communicator over the same ranks and topology with its own matching space."""
         ctx = self._ctx
         k = ctx.dups[self._rank]
@@ -569,7 +569,7 @@ class VirtualComm:
             raise SimulationError(f"tag: expected 0..{TAG_UB}{' or ANY_TAG' if wildcard else ''}, got {tag!r}")
 
     # -- point to point --------------------------------------------------------------
-    def _post_send(self, obj, dest: int, tag: int, sync: Optional[Request]) -> None:
+    def _post_send(self, obj, dest: int, tag: int, sync: Request | None) -> None:
         self._check_peer(dest, "dest", False)
         self._check_tag(tag, False)
         if dest == PROC_NULL:
@@ -852,7 +852,8 @@ class VirtualComm:
                 continue
             k = self._ctx.out_index(s).get((me, label))
             if k is None:
-                raise SimulationError(f"neighbor_alltoall: rank {me} lists source {s}, which has no matching edge to it")
+                raise SimulationError(f"neighbor_alltoall: rank {me} lists source {s}, "
+                                      "which has no matching edge to it")
             out.append(pickle.loads(self._contrib(slot, s)[k]))
         return out
 

@@ -18,7 +18,6 @@ locally, so no algorithm needs to communicate to know which block goes where.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from mpi4py import MPI
 
@@ -57,10 +56,10 @@ class Topology:
     destinations: tuple
     in_labels: tuple
     out_labels: tuple
-    source_weights: Optional[tuple] = None
-    dest_weights: Optional[tuple] = None
-    cart: Optional[tuple] = None
-    offsets: Optional[tuple] = None
+    source_weights: tuple | None = None
+    dest_weights: tuple | None = None
+    cart: tuple | None = None
+    offsets: tuple | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property

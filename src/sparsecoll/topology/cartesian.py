@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy
 from mpi4py import MPI
@@ -64,7 +63,7 @@ class Grid:
             rank = rank * extent + c
         return rank
 
-    def moved(self, coords, offset, sign: int = 1) -> Optional[tuple]:
+    def moved(self, coords, offset, sign: int = 1) -> tuple | None:
         """``coords + sign * offset`` (wrapped), or None when it leaves the mesh."""
         result = []
         for c, n, extent, periodic in zip(coords, offset, self.dims, self.periods):
@@ -81,7 +80,7 @@ class Grid:
         coords = self.moved(self.coords(rank), offset, sign)
         return PROC_NULL if coords is None else self.rank_at(coords)
 
-    def canonical(self, offset) -> Optional[tuple]:
+    def canonical(self, offset) -> tuple | None:
         """The offset with periodic coordinates reduced into ``[-(p//2), p - p//2 - 1]``.
 
         Two offsets reach the same process from every origin iff their canonical forms
@@ -147,7 +146,7 @@ def check_offsets(offsets, ndim: int) -> tuple:
     return tuple(tuple(_integer(n, f"offsets[{i}]") for n in vector) for i, vector in enumerate(offsets))
 
 
-def check_weights(weights, count: int) -> Optional[tuple]:
+def check_weights(weights, count: int) -> tuple | None:
     """Validate per-neighbor weights (None or ``MPI.UNWEIGHTED``: unweighted)."""
     if weights is None or weights is MPI.UNWEIGHTED:
         return None

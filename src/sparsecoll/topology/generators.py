@@ -18,9 +18,10 @@ destinations. The same object makes the virtual-rank Topologies of the simulator
   (the isomorphic neighborhoods of Träff and Hunold, ICPP 2019), so grids smaller than
   ``2R+1`` in a dimension give repeated neighbors and self loops, as MPI allows.
 
-A topology SPEC string names a generator and its parameters:
-``random:density=0.2,seed=1``, ``moore:D=2,R=2``, ``sparse-alltoall:p=0.3``
-(:func:`parse_spec`, :func:`generate`).
+A topology SPEC string names a generator and its parameters
+(``random:density=0.2,seed=1``, ``moore:D=2,R=2``, ``sparse-alltoall:p=0.3``); SPECs are
+parsed and dispatched in :mod:`.specs`, which also names the benchmark's stencil, Cartesian
+and matrix workloads.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy
 
@@ -48,8 +48,8 @@ class Adjacency:
     sources: tuple
     destinations: tuple
     name: str = ""
-    offsets: Optional[tuple] = None
-    dims: Optional[tuple] = None
+    offsets: tuple | None = None
+    dims: tuple | None = None
     params: dict = field(default_factory=dict, compare=False)
 
     def topology(self, rank: int):
@@ -110,10 +110,15 @@ def sparse_alltoall(size: int, p: float, seed: int = 0) -> Adjacency:
                      params={"p": adjacency.params["density"], "seed": seed})
 
 
+def stencil_offsets(d: int, n: int, f: int = -1) -> list:
+    """All ``d``-vectors with coordinates in ``f .. f+n-1``, minus the zero vector, lexicographic
+    (the neighborhoods of Träff and Hunold, ICPP 2019)."""
+    return [v for v in itertools.product(range(f, f + n), repeat=d) if any(v)]
+
+
 def moore_offsets(D: int, R: int) -> tuple:
     """The ``(2R+1)^D - 1`` non-zero offsets of Chebyshev length at most ``R``, lexicographic."""
-    span = range(-R, R + 1)
-    return tuple(c for c in itertools.product(span, repeat=D) if any(c))
+    return tuple(stencil_offsets(D, 2 * R + 1, -R))
 
 
 def compute_dims(size: int, ndims: int) -> tuple:
@@ -151,39 +156,11 @@ def moore(size: int, D: int = 2, R: int = 1) -> Adjacency:
 
 
 GENERATORS = {
-    # name: (function, {parameter: type})
+    # name: (function, {parameter: type}); SPEC strings: .specs
     "random": (random_sparse, {"density": float, "seed": int}),
     "sparse-alltoall": (sparse_alltoall, {"p": float, "seed": int}),
     "moore": (moore, {"D": int, "R": int}),
 }
-
-
-def parse_spec(spec: str) -> tuple:
-    """``"name:key=value,..."`` -> ``(name, {key: typed value})``, checked against GENERATORS."""
-    if not isinstance(spec, str) or not spec:
-        raise ValueError(f"topology: expected a SPEC like 'random:density=0.2', got {spec!r}")
-    name, _, rest = spec.partition(":")
-    if name not in GENERATORS:
-        raise ValueError(f"topology: unknown generator {name!r}; known: {sorted(GENERATORS)}")
-    types = GENERATORS[name][1]
-    params = {}
-    for part in filter(None, rest.split(",")):
-        key, eq, value = part.partition("=")
-        key = key.strip()
-        if not eq or key not in types:
-            raise ValueError(f"topology: bad parameter {part!r} for {name!r}; known: {sorted(types)}")
-        try:
-            params[key] = types[key](value)
-        except ValueError:
-            raise ValueError(f"topology: parameter {key!r} of {name!r} expects {types[key].__name__}, "
-                             f"got {value!r}") from None
-    return name, params
-
-
-def generate(spec: str, size: int) -> Adjacency:
-    """The Adjacency a SPEC string describes, for ``size`` ranks."""
-    name, params = parse_spec(spec)
-    return GENERATORS[name][0](size, **params)
 
 
 def create_dist_graph(comm, adjacency: Adjacency, reorder: bool = False):

@@ -29,13 +29,53 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from ..checks import positive_integer
-from ..model.params import Placement
 
 ENVIRONMENT = "SPARSECOLL_PLACEMENT"
 SYS_CPU = Path("/sys/devices/system/cpu")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """``L`` ranks per socket, ``S`` sockets per node, filled in rank order."""
+
+    L: int
+    S: int = 1
+
+    def __post_init__(self):
+        if self.L < 1 or self.S < 1:
+            raise ValueError(f"placement: expected L >= 1 and S >= 1, got L={self.L}, S={self.S}")
+
+    @classmethod
+    def parse(cls, text: str) -> Placement:
+        """``"36x2"`` -> Placement(L=36, S=2); ``"36"`` -> one socket per node."""
+        try:
+            parts = [int(x) for x in str(text).lower().split("x")]
+        except ValueError:
+            parts = []
+        if len(parts) not in (1, 2):
+            raise ValueError(f"placement: expected 'LxS' (ranks per socket x sockets per node), got {text!r}")
+        return cls(*parts)
+
+    def socket(self, rank: int) -> int:
+        """Global socket index of ``rank``."""
+        return rank // self.L
+
+    def node(self, rank: int) -> int:
+        """Node index of ``rank``."""
+        return rank // (self.L * self.S)
+
+    def pair_class(self, a: int, b: int) -> str:
+        """``"socket"``, ``"node"`` or ``"network"`` for a message between ranks ``a`` and ``b``."""
+        if a // self.L == b // self.L:
+            return "socket"
+        if self.node(a) == self.node(b):
+            return "node"
+        return "network"
+
+    def __str__(self) -> str:
+        return f"{self.L}x{self.S}"
 
 
 @dataclass(frozen=True)
@@ -80,7 +120,7 @@ def check_override(L, S, size: int, what: str = "") -> Placement:
     return Placement(L, S)
 
 
-def override(size: int, ranks_per_socket=None, sockets_per_node=None) -> Optional[PlacementInfo]:
+def override(size: int, ranks_per_socket=None, sockets_per_node=None) -> PlacementInfo | None:
     """The placement the options or ``SPARSECOLL_PLACEMENT`` impose (None: detect)."""
     if ranks_per_socket is not None or sockets_per_node is not None:
         if ranks_per_socket is None:

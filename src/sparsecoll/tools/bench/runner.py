@@ -1,0 +1,305 @@
+"""The measurement loop (runs on every rank of an mpiexec launch).
+
+Method of Träff and Hunold (ICPP 2019, Appendix A) and the HiPC 2017
+microbenchmark: warm-up calls; then repetitions in which every (algorithm, mode)
+variant is interleaved (their order rotates from one repetition to the next), each
+call after a barrier, its time the maximum over ranks. Per variant: median and
+quartiles of those times, and the median and quartiles of the per-repetition ratio to
+``native`` in the same mode.
+
+Modes (the HiPC 2017 evaluation's persistent and non-persistent flavours, plus plain
+blocking and nonblocking calls):
+
+* ``persistent``: ``Neighbor_*_init`` once, then ``Start`` + ``Wait`` (bound once);
+* ``nonpersistent``: blocking calls on a ``wrap(..., rebind=True)`` wrapper, which binds
+  the schedule on every call; ``native`` makes the MPI library's blocking call;
+* ``blocking``: blocking calls; sparsecoll caches the bound schedule per arguments;
+* ``nonblocking``: ``Ineighbor_*`` + ``Wait`` (cached like blocking calls).
+
+The paper's two phases (Tables I and II) are measured apart from the calls, for every
+sparsecoll algorithm: Phase 1 is ``Algorithm.build`` (pattern creation), Phase 2 is
+binding the pattern to one call's buffers (``bind``) plus creating the executor's
+persistent requests, i.e. what a non-persistent call pays before it communicates.
+Each is the maximum over ranks of one repetition, after a barrier; the median over
+``phase_reps`` repetitions is reported. The number of schedules bound during the timed
+calls is counted per variant, so a run shows that non-persistent calls bind every time
+and the other modes never do. Results are checked: every variant's receive buffer must
+equal ``native``'s, bit for bit; when ``native`` is not among the measured algorithms, one
+blocking native call made for the check gives the reference.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy
+from mpi4py import MPI
+
+from sparsecoll import wrap
+from sparsecoll.algorithms import REGISTRY
+from sparsecoll.pattern import family_of
+
+from .workloads import Workload
+
+COLLECTIVES = ("allgather", "allgatherv", "alltoall", "alltoallv")
+MODES = ("persistent", "nonpersistent", "blocking", "nonblocking")
+PHASE_FIELDS = ("phase1_seconds", "phase1_cpu_seconds", "phase2_seconds", "phase2_cpu_seconds",
+                "phase2_bind_seconds")
+
+
+@dataclass
+class Buffers:
+    """Send and receive buffers and their mpi4py specs for one algorithm and size."""
+
+    send: numpy.ndarray
+    recv: numpy.ndarray
+    sendspec: object
+    recvspec: object
+
+
+def supported(workload: Workload, family: str) -> list:
+    """Registered algorithms (native first) that run ``family`` on this workload."""
+    topology = workload.comm.topology
+    names = ["native"] + [n for n in REGISTRY if n != "native" and not n.startswith("test_")]
+    return [n for n in names if REGISTRY[n].unsupported_reason(topology, family) is None]
+
+
+def make_buffers(workload: Workload, collective: str, size: int) -> Buffers:
+    """Rank-unique payloads laid out for ``collective`` with ``size`` bytes per block/unit."""
+    topology = workload.comm.topology
+    rank = topology.rank
+    family = family_of(collective)
+    send_items = [i for i in topology.send_items(family)]
+    recv_items = [i for i in topology.recv_items(family)]
+    if collective in ("allgather", "alltoall"):
+        nsend = 1 if family == "allgather" else len(send_items)
+        send = (numpy.arange(nsend * size) + 7 * rank).astype(numpy.uint8)
+        recv = numpy.zeros(len(recv_items) * size, dtype=numpy.uint8)
+        return Buffers(send, recv, [send, size, MPI.BYTE], [recv, size, MPI.BYTE])
+
+    def units(item):
+        return 0 if item is None else workload.units(item)
+    if family == "allgather":
+        send_counts = [size * workload.units((rank,))]
+    else:
+        send_counts = [size * units(i) for i in send_items]
+    recv_counts = [size * units(i) if i is not None else 0 for i in recv_items]
+    send = (numpy.arange(max(sum(send_counts), 1)) + 7 * rank).astype(numpy.uint8)
+    recv = numpy.zeros(max(sum(recv_counts), 1), dtype=numpy.uint8)
+    recvspec = [recv, (recv_counts, list(numpy.cumsum(recv_counts) - recv_counts)), MPI.BYTE]
+    if family == "allgather":
+        return Buffers(send, recv, [send, send_counts[0], MPI.BYTE], recvspec)
+    sendspec = [send, (send_counts, list(numpy.cumsum(send_counts) - send_counts)), MPI.BYTE]
+    return Buffers(send, recv, sendspec, recvspec)
+
+
+class Call:
+    """One algorithm's way of running the collective in the chosen mode."""
+
+    def __init__(self, comm, collective: str, buffers: Buffers, mode: str):
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        self.buffers = buffers
+        self.mode = mode
+        self.request = None
+        name = "Neighbor_" + collective
+        start = time.perf_counter()
+        if mode == "persistent":
+            self.request = getattr(comm, name + "_init")(buffers.sendspec, buffers.recvspec)
+            self.request.Start()
+            self.request.Wait()
+        elif mode == "nonblocking":
+            self.method = getattr(comm, "I" + name[0].lower() + name[1:])
+            self.method(buffers.sendspec, buffers.recvspec).Wait()
+        else:  # blocking, nonpersistent (the wrapper rebinds)
+            self.method = getattr(comm, name)
+            self.method(buffers.sendspec, buffers.recvspec)
+        self.first_seconds = time.perf_counter() - start
+
+    def __call__(self) -> None:
+        if self.mode == "persistent":
+            self.request.Start()
+            self.request.Wait()
+        elif self.mode == "nonblocking":
+            self.method(self.buffers.sendspec, self.buffers.recvspec).Wait()
+        else:
+            self.method(self.buffers.sendspec, self.buffers.recvspec)
+
+    def free(self) -> None:
+        """Release the persistent request (if any)."""
+        if self.request is not None:
+            self.request.Free()
+
+
+def native_reference(workload: Workload, collective: str, size: int) -> numpy.ndarray:
+    """The receive buffer of one blocking call of the MPI library's own collective (collective)."""
+    check = Call(wrap(workload.comm, "native"), collective, make_buffers(workload, collective, size), "blocking")
+    check.free()
+    return check.buffers.recv
+
+
+def _max_over_ranks(world, value: float) -> float:
+    return world.allreduce(value, op=MPI.MAX)
+
+
+def _median_of_max(world, seconds: numpy.ndarray) -> float:
+    """Maximum over ranks per repetition, then the median over repetitions."""
+    worst = numpy.empty_like(seconds)
+    world.Allreduce(seconds, worst, op=MPI.MAX)
+    return float(numpy.median(worst))
+
+
+def phase1_seconds(world, comm, collective: str, repetitions: int) -> dict:
+    """Phase 1 (pattern creation): ``Algorithm.build`` for ``comm``'s algorithm, collective.
+
+    The pattern is built anew ``repetitions`` times on the handle's private
+    communicator, each after a barrier. Returns ``phase1_seconds`` (wall clock) and
+    ``phase1_cpu_seconds`` (this thread's CPU time, which oversubscribed ranks do not
+    inflate), each the median over repetitions of the maximum over ranks. The
+    wrapper's cached pattern is left alone.
+    """
+    if repetitions < 1:
+        raise ValueError(f"repetitions: expected at least 1, got {repetitions}")
+    wall, cpu = numpy.empty(repetitions), numpy.empty(repetitions)
+    for k in range(repetitions):
+        world.Barrier()
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        comm.runtime.build_uncached(comm.plan, collective)
+        wall[k], cpu[k] = time.perf_counter() - start, time.thread_time() - start_cpu
+    return {"phase1_seconds": _median_of_max(world, wall), "phase1_cpu_seconds": _median_of_max(world, cpu)}
+
+
+def phase2_seconds(world, comm, collective: str, buffers: Buffers, repetitions: int) -> dict:
+    """Phase 2 (schedule creation for one call), collective over the ranks.
+
+    Parsing the call's buffer specs and binding the pattern to them (counts,
+    displacements, datatypes, temporary space; the size pass where one is needed),
+    then creating the executor's persistent requests and derived datatypes: everything
+    a non-persistent call does before it communicates. Returns ``phase2_seconds``
+    (wall clock), ``phase2_cpu_seconds`` (this thread's CPU time) and
+    ``phase2_bind_seconds`` (wall clock of parsing and binding alone), each the median
+    over ``repetitions`` of the maximum over ranks.
+    """
+    if repetitions < 1:
+        raise ValueError(f"repetitions: expected at least 1, got {repetitions}")
+    bind_wall, wall, cpu = numpy.empty(repetitions), numpy.empty(repetitions), numpy.empty(repetitions)
+    for k in range(repetitions):
+        world.Barrier()
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        schedule = comm.runtime.bind_uncached(comm.plan, collective, buffers.sendspec, buffers.recvspec)
+        bound = time.perf_counter()
+        executor = comm.runtime.requests_for(schedule)
+        wall[k], cpu[k] = time.perf_counter() - start, time.thread_time() - start_cpu
+        bind_wall[k] = bound - start
+        executor.free()
+    return {"phase2_seconds": _median_of_max(world, wall), "phase2_cpu_seconds": _median_of_max(world, cpu),
+            "phase2_bind_seconds": _median_of_max(world, bind_wall)}
+
+
+def plan_numbers(world, workload: Workload, comm, collective: str, size: int) -> dict:
+    """Deterministic numbers over all ranks: steps, messages and bytes sent per rank."""
+    stats = comm.plan_stats(collective)
+    pattern = comm.pattern(collective)
+    me = comm.topology.rank
+    multiplier = (lambda item: 1) if collective in ("allgather", "alltoall") else workload.units
+    sent_bytes = sum(size * multiplier(item) for step in pattern.steps for m in step.sends if m.peer != me
+                     for item in m.items)
+    rows = world.allgather((stats["steps"], stats["sends_to_others"], stats["send_items"], sent_bytes))
+    steps, messages, items, nbytes = (numpy.array(column) for column in zip(*rows))
+    extra = {k: v for k, v in stats.items() if k not in ("algorithm", "family", "steps", "sends", "recvs",
+                                                           "send_items", "recv_items", "sends_to_others",
+                                                           "build_seconds") and isinstance(v, (int, float, str))}
+    return {"steps_max": int(steps.max()), "messages_max": int(messages.max()),
+            "messages_mean": float(messages.mean()), "items_max": int(items.max()),
+            "bytes_max": int(nbytes.max()), "bytes_mean": float(nbytes.mean()),
+            "rank0_info": extra}
+
+
+def measure(world, workload: Workload, collective: str, size: int, algorithms: list, *, modes, reps: int,
+            warmup: int, phase_reps: int = 5, phase1_cache: dict | None = None, on_progress=None) -> list:
+    """Interleaved measurement of every (algorithm, mode) for one workload, collective and size.
+
+    Returns one result per mode (in ``modes`` order); each compares its algorithms
+    with ``native`` in the same mode, repetition by repetition. ``phase1_cache``
+    (a dict kept across calls) lets Phase 1 be measured once per workload, family and
+    algorithm, since it does not depend on the size or the mode.
+    """
+    if isinstance(modes, str):
+        modes = [modes]
+    modes = list(dict.fromkeys(modes))
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ValueError(f"modes: expected some of {MODES}, got {modes!r}")
+    if reps < 1:
+        raise ValueError(f"reps: expected at least 1, got {reps}")
+    if not algorithms:  # nothing supports this case (the command has said so)
+        return []
+    family = family_of(collective)
+    phase1_cache = {} if phase1_cache is None else phase1_cache
+    variants = [(name, mode) for mode in modes for name in algorithms]
+    comms, build_seconds, plans, phases = {}, {}, {}, {}
+    for name in algorithms:
+        world.Barrier()
+        start = time.perf_counter()
+        comm = wrap(workload.comm, name)
+        if name != "native":
+            comm.pattern(collective)
+        build_seconds[name] = _max_over_ranks(world, time.perf_counter() - start)
+        plans[name] = plan_numbers(world, workload, comm, collective, size)
+        if name != "native":
+            key = (workload.spec, family, name)
+            if key not in phase1_cache:
+                phase1_cache[key] = phase1_seconds(world, comm, collective, phase_reps)
+            phases[name] = {**phase1_cache[key], **phase2_seconds(world, comm, collective,
+                                                                   make_buffers(workload, collective, size),
+                                                                   phase_reps), "phase_reps": phase_reps}
+        else:  # the MPI library's own setup is not visible
+            phases[name] = {**dict.fromkeys(PHASE_FIELDS), "phase_reps": 0}
+        for mode in modes:
+            comms[(name, mode)] = wrap(workload.comm, name, rebind=(mode == "nonpersistent" and name != "native"))
+    calls = {}
+    for variant, comm in comms.items():
+        world.Barrier()
+        calls[variant] = Call(comm, collective, make_buffers(workload, collective, size), variant[1])
+    first = {variant: _max_over_ranks(world, call.first_seconds) for variant, call in calls.items()}
+    for _ in range(warmup):
+        for call in calls.values():
+            call()
+    samples = {variant: numpy.empty(reps) for variant in variants}
+    binds = dict.fromkeys(variants, 0)
+    handle = workload.comm
+    timer = MPI.Wtime
+    for rep in range(reps):
+        shift = rep % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            call = calls[variant]
+            bound_before = handle.schedules_bound
+            world.Barrier()
+            t0 = timer()
+            call()
+            samples[variant][rep] = timer() - t0
+            binds[variant] += handle.schedules_bound - bound_before
+    measured_native = "native" in algorithms
+    checked = None if measured_native else native_reference(workload, collective, size)
+    results = []
+    for mode in modes:
+        result = {"workload": workload.spec, "topology": workload.name, "collective": collective,
+                  "family": family, "size": size, "mode": mode, "reps": reps, "algorithms": {}}
+        reference = calls[("native", mode)].buffers.recv if measured_native else checked
+        for name in algorithms:
+            variant = (name, mode)
+            worst = numpy.empty(reps)
+            world.Allreduce(samples[variant], worst, op=MPI.MAX)
+            agree = bool(numpy.array_equal(calls[variant].buffers.recv, reference))
+            agree = world.allreduce(agree, op=MPI.LAND)
+            result["algorithms"][name] = {"samples": worst.tolist(), "build_seconds": build_seconds[name],
+                                          "first_call_seconds": first[variant], "agrees_with_native": agree,
+                                          "binds_per_call": _max_over_ranks(world, binds[variant]) / reps,
+                                          **phases[name], "plan": plans[name]}
+            if on_progress is not None:
+                on_progress()
+        results.append(result)
+    for call in calls.values():
+        call.free()
+    return results

