@@ -78,11 +78,13 @@ def test_plan_keys_hold_every_option_by_value():
     ("common_neighbor", {"theta": 1.5}, TypeError, "theta"),
     ("direct", {"theta": 2}, TypeError, "unknown option"),
     ("direct", {}, TypeError, "rebind"),
+    ("direct", {}, ValueError, "executor"),
 ])
 def test_bad_options_raise_when_the_plan_is_made(algorithm, options, error, name):
     rebind = "yes" if name == "rebind" else False
+    executor = "no_such_executor" if name == "executor" else "steps"
     with pytest.raises(error, match=name):
-        make_plan(algorithm, options, rebind, 8)
+        make_plan(algorithm, options, rebind, 8, executor)
 
 
 def test_the_parse_cache_keeps_no_array_alive_and_never_confuses_a_reused_id():

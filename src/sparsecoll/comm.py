@@ -409,7 +409,7 @@ _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgrap
 
 
 def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, rebind: bool = False,
-         **options):
+         executor: str = "steps", **options):
     """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll.
 
     Collective over ``comm`` the first time a handle is wrapped (it duplicates the
@@ -423,7 +423,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     Cartesian algorithms (collective; the result is a ``CartNeighborhoodComm``).
     ``rebind=True`` binds the schedule anew on every blocking and nonblocking call
     instead of caching it (the non-persistent mode of the HiPC 2017 paper's
-    evaluation); ``*_init`` requests always bind once.
+    evaluation); ``*_init`` requests always bind once. ``executor`` names the executor
+    that runs the schedules (:data:`sparsecoll.execute.EXECUTORS`).
     """
     wrapper_class = next((wrapper for mpi_class, wrapper in _WRAPPERS if isinstance(comm, mpi_class)), None)
     if wrapper_class is None:
@@ -431,7 +432,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
                         f"Distgraphcomm), got {type(comm).__name__}")
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
-    plan = make_plan(algorithm, options, rebind, comm.Get_size())
+    plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor)
     if isinstance(comm, NeighborhoodMixin):
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
     runtime = existing_runtime(comm)

@@ -13,10 +13,10 @@ import time
 import numpy
 from mpi4py import MPI
 
-from .. import algorithms
+from .. import algorithms, execute
 from ..bind import bind, has_transit
 from ..buffers import Blocks, parse_simple, parse_vector, parse_w
-from ..execute.p2p import Executor
+from ..execute import StepExecutor as Executor  # the size pass and request counts use the default
 from ..model.choice import explain_choice
 from ..pattern import family_of, stats
 from ..topology import Topology, from_comm
@@ -149,7 +149,7 @@ class CommRuntime:
             flags = self._size_pass_flags[key] = self._agree_on_size_pass(pattern)
         vector_needs, regular_needs = flags
         found = CallPlan(collective, key[0], pattern, regular_needs if collective in REGULAR else vector_needs,
-                         plan.rebind, self)
+                         plan.rebind, self, execute.get(plan.executor))
         self._call_plans[(plan.key, plan.rebind, collective)] = found
         return found
 
@@ -289,12 +289,12 @@ class CommRuntime:
         send, recv, layout = self.parse(call.collective, sendbuf, recvbuf)
         sizes = self.run_size_pass(call, send) if call.size_pass else None
         if call.rebind:  # non-persistent mode: bind on every call
-            self._run_once(self.bind(call, send, recv, sizes))
+            self._run_once(call, self.bind(call, send, recv, sizes))
             return
         key = (call, layout) if sizes is None else (call, layout, tuple(sizes.values()))
         executor = self._blocking.recall(key)
         if executor is None:
-            executor = Executor(self.private, self._schedule(call, send, recv, key, sizes), BLOCKING_CHANNEL)
+            executor = call.executor(self.private, self._schedule(call, send, recv, key, sizes), BLOCKING_CHANNEL)
             self._blocking.keep(key, executor)
         run_stages(executor.steps)
 
@@ -302,10 +302,10 @@ class CommRuntime:
         """A blocking call whose buffers are temporary: parse, bind, run, free (nothing cached)."""
         send, recv = self.parse_uncached(call.collective, sendbuf, recvbuf)
         sizes = self.run_size_pass(call, send) if call.size_pass else None
-        self._run_once(self.bind(call, send, recv, sizes))
+        self._run_once(call, self.bind(call, send, recv, sizes))
 
-    def _run_once(self, schedule) -> None:
-        executor = Executor(self.private, schedule, BLOCKING_CHANNEL)
+    def _run_once(self, call: CallPlan, schedule) -> None:
+        executor = call.executor(self.private, schedule, BLOCKING_CHANNEL)
         try:
             run_stages(executor.steps)
         finally:
@@ -328,7 +328,7 @@ class CommRuntime:
         """A call whose schedule is known now: the idle executor of its channel, or a new one."""
         channels = self.channels
         if call.rebind:
-            executor = Executor(self.private, self.bind(call, send, recv), channel)
+            executor = call.executor(self.private, self.bind(call, send, recv), channel)
 
             def done(request):
                 channels.release_nonblocking(channel, request)
@@ -338,7 +338,7 @@ class CommRuntime:
             pool = self._idle.recall(key)
             executor = pool.pop(channel, None) if pool is not None else None
             if executor is None:
-                executor = Executor(self.private, self._schedule(call, send, recv, key, None), channel)
+                executor = call.executor(self.private, self._schedule(call, send, recv, key, None), channel)
 
             def done(request):
                 channels.release_nonblocking(channel, request)
@@ -358,7 +358,7 @@ class CommRuntime:
                 schedule = self.bind(call, send, recv, sizes)
             else:
                 schedule = self._schedule(call, send, recv, (call, layout, tuple(sizes.values())), sizes)
-            executor = Executor(self.private, schedule, channel)
+            executor = call.executor(self.private, schedule, channel)
             try:
                 yield from executor.steps
             finally:
@@ -387,7 +387,7 @@ class CommRuntime:
         send, recv, _ = self.parse(call.collective, sendbuf, recvbuf)
         sizes = self.run_size_pass(call, send) if call.size_pass else None
         channel = self.channels.take_persistent()
-        executor = Executor(self.private, self.bind(call, send, recv, sizes), channel)
+        executor = call.executor(self.private, self.bind(call, send, recv, sizes), channel)
         channels = self.channels
 
         def freed(request):

@@ -5,39 +5,42 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .. import algorithms
+from .. import algorithms, execute
 from ..topology.cartesian import GRID_OPTION
 
 
 @dataclass(frozen=True)
 class Plan:
-    """A wrapper's request: algorithm (``"auto"`` or registered), checked options, rebind.
+    """A wrapper's request: algorithm (``"auto"`` or registered), checked options, rebind, executor.
 
     ``key`` identifies everything that shapes the messages, by value, so it is the same
-    on every rank: the algorithm and every option but ``grid`` (which only shapes the
-    handle's Topology, kept by the runtime).
+    on every rank: the algorithm, every option but ``grid`` (which only shapes the
+    handle's Topology, kept by the runtime) and the executor.
     """
 
     algorithm: str
     options: MappingProxyType
     rebind: bool = False
+    executor: str = execute.DEFAULT_EXECUTOR
     key: tuple = field(init=False)
     native: bool = field(init=False)
 
     def __post_init__(self):
         shaping = tuple((name, repr(value)) for name, value in sorted(self.options.items()) if name != GRID_OPTION)
-        object.__setattr__(self, "key", (self.algorithm, shaping))
+        object.__setattr__(self, "key", (self.algorithm, shaping, self.executor))
         runs_library = self.algorithm != algorithms.AUTO and algorithms.get(self.algorithm).runs_library
         object.__setattr__(self, "native", runs_library)
 
 
-def make_plan(algorithm: str, options: dict, rebind: bool, size: int) -> Plan:
+def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
+              executor: str = execute.DEFAULT_EXECUTOR) -> Plan:
     """Check a wrapper's arguments (raising before any message is sent) and make its Plan."""
     algorithms.check_name(algorithm)
+    execute.get(executor)
     if not isinstance(rebind, bool):
         raise TypeError(f"rebind: expected a bool, got {type(rebind).__name__}")
     checked = algorithms.check_options(algorithm, options, size)
-    return Plan(algorithm, MappingProxyType(dict(checked)), rebind)
+    return Plan(algorithm, MappingProxyType(dict(checked)), rebind, executor)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -55,3 +58,4 @@ class CallPlan:
     size_pass: bool
     rebind: bool
     runtime: object
+    executor: type
