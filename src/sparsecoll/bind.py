@@ -55,79 +55,85 @@ def bind(pattern: Pattern, topology: Topology, send: Blocks, recv: Blocks,
     """Bind one rank's Pattern to the call's send and receive blocks.
 
     ``transit_size(item) -> (count, datatype)`` gives the layout of an item that is
-    stored in temporary space (only needed by multi-step algorithms).
+    stored in temporary space (only needed by multi-step algorithms). Three phases:
+    place every arrival (:class:`_Placement`), fill the rest by local copies, then lay out
+    the temporary space and resolve the pieces that live there.
     """
-    family = pattern.family
-    origin = {}
-    for k, item in enumerate(topology.send_items(family)):
-        if item is not None and item not in origin:
-            origin[item] = send.piece(0 if family == ALLGATHER else k)
-    wanted = defaultdict(list)
-    for i, item in enumerate(topology.recv_items(family)):
-        if item is not None:
-            wanted[item].append(i)
+    placement = _Placement(pattern, topology, send, recv, transit_size)
+    steps = [placement.step(step) for step in pattern.steps]
+    copies = placement.copies()
+    temp, fix = _temporary_space(placement.temp_layouts)
+    bound_steps = [([BoundMessage(m.peer, tuple(fix(p) for p in m.pieces)) for m in sends],
+                    [BoundMessage(m.peer, tuple(fix(p) for p in m.pieces)) for m in recvs])
+                   for sends, recvs in steps]
+    received = {item: fix(placement.home[item]) for step in pattern.steps for m in step.recvs for item in m.items}
+    return Schedule(bound_steps, [(fix(src), fix(dst)) for src, dst in copies], temp, received)
 
-    home = dict(origin)          # item -> piece it is read from when sent
-    filled = set()               # receive blocks written by an arrival
-    temp_requests = []           # (message list, index, count, datatype) to resolve later
-    steps = []
-    for step in pattern.steps:
-        sends = []
-        for m in step.sends:
-            sends.append(BoundMessage(m.peer, tuple(home[item] for item in m.items)))
-        recvs = []
-        for m in step.recvs:
-            pieces = []
-            for item in m.items:
-                blocks = wanted.get(item, ())
-                free = next((b for b in blocks if b not in filled), None)
-                if free is not None:
-                    filled.add(free)
-                    piece = recv.piece(free)
-                else:
-                    if transit_size is None:
-                        raise ValueError(f"bind: item {item} needs temporary space but its size is unknown")
-                    count, datatype = transit_size(item)
-                    piece = ("temp", len(temp_requests), count, datatype)
-                    temp_requests.append((count, datatype))
-                pieces.append(piece)
-                home[item] = piece
-            recvs.append([m.peer, pieces])
-        steps.append((sends, recvs))
 
-    copies = []
-    for item, blocks in wanted.items():
-        for b in blocks:
-            if b not in filled:
-                copies.append((home[item], recv.piece(b)))
+class _Placement:
+    """Where each item is read from and written to, step by step (pieces in temporary space
+    are ``("temp", index, count, datatype)`` until :func:`_temporary_space` resolves them)."""
 
-    temp = None
-    if temp_requests:
-        offsets, total = [], 0
-        for count, datatype in temp_requests:
-            first, end = span(count, datatype)
-            nbytes = end - first
-            offsets.append(total - first)
-            total += nbytes + (-nbytes) % 16
-        temp = numpy.zeros(max(total, 1), dtype=numpy.uint8)
-        base = temp.ctypes.data
-        resolved = {i: (base + offsets[i], c, t) for i, (c, t) in enumerate(temp_requests)}
+    def __init__(self, pattern: Pattern, topology: Topology, send: Blocks, recv: Blocks, transit_size):
+        family = pattern.family
+        self.recv = recv
+        self.transit_size = transit_size
+        self.home = {}           # item -> piece it is read from when sent (first: its origin)
+        for k, item in enumerate(topology.send_items(family)):
+            if item is not None and item not in self.home:
+                self.home[item] = send.piece(0 if family == ALLGATHER else k)
+        self.wanted = defaultdict(list)  # item -> receive blocks that want it, in block order
+        for i, item in enumerate(topology.recv_items(family)):
+            if item is not None:
+                self.wanted[item].append(i)
+        self.filled = set()      # receive blocks written by an arrival
+        self.temp_layouts = []   # (count, datatype) of each temporary piece
 
-        def fix(piece):
-            return resolved[piece[1]] if piece[0] == "temp" else piece
-    else:
-        def fix(piece):
-            return piece
+    def step(self, step) -> tuple:
+        """``(sends, recvs)`` of one step as messages of (possibly temporary) pieces."""
+        sends = [BoundMessage(m.peer, tuple(self.home[item] for item in m.items)) for m in step.sends]
+        recvs = [BoundMessage(m.peer, tuple(self._arrival(item) for item in m.items)) for m in step.recvs]
+        return sends, recvs
 
-    bound_steps = []
-    for sends, recvs in steps:
-        bound_steps.append((
-            [BoundMessage(m.peer, tuple(fix(p) for p in m.pieces)) for m in sends],
-            [BoundMessage(peer, tuple(fix(p) for p in pieces)) for peer, pieces in recvs],
-        ))
-    copies = [(fix(src), fix(dst)) for src, dst in copies]
-    received = {item: fix(home[item]) for step in pattern.steps for m in step.recvs for item in m.items}
-    return Schedule(bound_steps, copies, temp, received)
+    def _arrival(self, item):
+        """The piece an arrival of ``item`` is written to: its next unfilled receive block, else temporary space."""
+        free = next((b for b in self.wanted.get(item, ()) if b not in self.filled), None)
+        if free is not None:
+            self.filled.add(free)
+            piece = self.recv.piece(free)
+        else:
+            if self.transit_size is None:
+                raise ValueError(f"bind: item {item} needs temporary space but its size is unknown")
+            count, datatype = self.transit_size(item)
+            piece = ("temp", len(self.temp_layouts), count, datatype)
+            self.temp_layouts.append((count, datatype))
+        self.home[item] = piece
+        return piece
+
+    def copies(self) -> list:
+        """``(source, destination)`` local copies for the receive blocks no arrival filled."""
+        return [(self.home[item], self.recv.piece(b))
+                for item, blocks in self.wanted.items() for b in blocks if b not in self.filled]
+
+
+def _temporary_space(layouts) -> tuple:
+    """``(buffer or None, fix)``: one 16-byte aligned slot per temporary piece, and the function
+    that turns a temporary piece into its absolute ``(address, count, datatype)``."""
+    if not layouts:
+        return None, lambda piece: piece
+    offsets, total = [], 0
+    for count, datatype in layouts:
+        first, end = span(count, datatype)
+        nbytes = end - first
+        offsets.append(total - first)
+        total += nbytes + (-nbytes) % 16
+    temp = numpy.zeros(max(total, 1), dtype=numpy.uint8)
+    base = temp.ctypes.data
+    resolved = [(base + offset, count, datatype) for offset, (count, datatype) in zip(offsets, layouts)]
+
+    def fix(piece):
+        return resolved[piece[1]] if piece[0] == "temp" else piece
+    return temp, fix
 
 
 def has_transit(pattern: Pattern, topology: Topology) -> bool:
