@@ -216,113 +216,133 @@ class _Steps:
 def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     """Registry entry point: Algorithm 1 (with Algorithm 2) over ``comm``; collective."""
     theta = check_theta(options.get("theta", DEFAULT_THETA))
-    me = topology.rank
-    out_labels = _edge_labels(topology.destinations, topology.out_labels, me)
-    in_labels = _edge_labels(topology.sources, topology.in_labels, me)
-
-    def mine(n):
-        return edge_items(family, me, n, out_labels[n])
-
-    def arriving(q):
-        return edge_items(family, q, me, in_labels[q])
-
-    steps = _Steps()
-    out_active, in_active = set(out_labels), set(in_labels)
-    # M: active out-neighbor n -> sorted array of the other ranks still sending to n, in the
-    # smallest unsigned type that holds every rank (M holds degree^2 entries per rank, which
-    # decides how many virtual ranks fit in one process)
-    rank_type = numpy.min_scalar_type(topology.size - 1)
-    M: dict = {}
-    labels_to: dict = {}         # alltoall family: n -> {rank sending to n: its edge labels}
-
-    def first_row(n, update):    # round 0: the whole list of who sends to n, made compact on arrival
-        if family != ALLGATHER:
-            labels_to[n] = dict(update)
-            update = tuple(labels_to[n])
-        senders = numpy.array(update, dtype=rank_type)
-        return senders[senders != me]
-
-    kept = numpy.ones(topology.size, dtype=bool)  # scratch of an M update: False marks the dropped ranks
-    removed: list = []           # in-neighbors dropped since the last M message
-    done = False
-    info = Counter()
-    round_ = 0
     with protocol_communicator(comm) as private:
-        messenger = ProtocolChannel(private)
-        while not done or in_active:
-            # A. refresh M: my active in-neighbors learn whom I dropped (round 0: everything;
-            # the edge labels only for the alltoall family, where forwarded items name them)
-            if round_ == 0:
-                payload = (tuple(sorted(in_active)) if family == ALLGATHER
-                           else tuple(sorted((q, in_labels[q]) for q in in_active)))
-            else:
-                payload = tuple(removed)
-            removed = []
-            messenger.post(dict.fromkeys(in_active, payload), TAG_M)
-            if round_ == 0:
-                M = messenger.collect(out_active, TAG_M, apply=first_row)
-            else:
-                for n, update in messenger.collect(out_active, TAG_M).items():
-                    if update:
-                        dropped = numpy.array(update, dtype=rank_type)
-                        kept[dropped] = False
-                        M[n] = M[n][kept[M[n]]]
-                        kept[dropped] = True
-
-            # B. pair, split, notify
-            covered = set()
-            if not done:
-                weights = _friends(M, out_active, theta)
-                if round_ == 0:
-                    info["friends"] = len(weights)
-                if not weights:
-                    done = True
-                    for n in out_active:
-                        steps.send(2 * round_, n, mine(n))
-                    notes = dict.fromkeys(out_active, (DONE,))
-                    covered = set(out_active)
-                else:
-                    info["alg1_iterations"] += 1
-                    friend, iterations = pair_friends(messenger, me, weights)
-                    info["alg2_iterations"] += iterations
-                    notes = dict.fromkeys(out_active, (NOTHING,))
-                    if friend is not None:
-                        info["friends_paired"] += 1
-                        covered = _combine(me, friend, family, out_labels, in_labels, out_active,
-                                           in_active, M, labels_to, round_, steps, notes)
-                messenger.post(notes, TAG_NOTE)
-
-            # C. notifications from my active in-neighbors
-            for q, note in messenger.collect(in_active, TAG_NOTE).items():
-                kind = note[0]
-                if kind == NOTHING:
-                    continue
-                if kind == ONLOADED:
-                    steps.recv(2 * round_ + 1, q, arriving(q) + arriving(note[1]))
-                elif kind == DONE:
-                    steps.recv(2 * round_, q, arriving(q))
-                in_active.discard(q)
-                removed.append(q)
-            messenger.finish()
-            out_active -= covered
-            for n in covered:
-                M.pop(n, None)
-                labels_to.pop(n, None)
-            round_ += 1
-        info["rounds"] = round_
-        phase1_messages = messenger.sent
-        pairs_total = private.allreduce(info["friends_paired"], op=MPI.SUM) // 2
-    return Pattern(family, me, steps.steps(), info={
+        run = _Algorithm1(topology, family, theta, ProtocolChannel(private))
+        while not run.done or run.in_active:
+            run.refresh_m()
+            covered = run.pair_and_notify() if not run.done else set()
+            run.take_notes(covered)
+        pairs_total = private.allreduce(run.info["friends_paired"], op=MPI.SUM) // 2
+    info = run.info
+    return Pattern(family, topology.rank, run.steps.steps(), info={
         "theta": theta,
         "friends": info["friends"],
         "friends_paired": info["friends_paired"],
         "pairs_total": pairs_total,
         "degenerate": pairs_total == 0,
         "alg1_iterations": info["alg1_iterations"],
-        "rounds": info["rounds"],
+        "rounds": run.round,
         "alg2_iterations": info["alg2_iterations"],
-        "phase1_messages": phase1_messages,
+        "phase1_messages": run.channel.sent,
     })
+
+
+class _Algorithm1:
+    """One rank's state in Algorithm 1; each round runs :meth:`refresh_m` (A), then
+    :meth:`pair_and_notify` (B) until this rank is done, then :meth:`take_notes` (C)."""
+
+    def __init__(self, topology: Topology, family: str, theta: int, channel: ProtocolChannel):
+        self.me = me = topology.rank
+        self.family = family
+        self.theta = theta
+        self.channel = channel
+        self.out_labels = _edge_labels(topology.destinations, topology.out_labels, me)
+        self.in_labels = _edge_labels(topology.sources, topology.in_labels, me)
+        self.steps = _Steps()
+        self.out_active, self.in_active = set(self.out_labels), set(self.in_labels)
+        # M: active out-neighbor n -> sorted array of the other ranks still sending to n, in the
+        # smallest unsigned type that holds every rank (M holds degree^2 entries per rank, which
+        # decides how many virtual ranks fit in one process)
+        self.rank_type = numpy.min_scalar_type(topology.size - 1)
+        self.M: dict = {}
+        self.labels_to: dict = {}  # alltoall family: n -> {rank sending to n: its edge labels}
+        self.kept = numpy.ones(topology.size, dtype=bool)  # scratch of an M update: False marks dropped ranks
+        self.removed: list = []    # in-neighbors dropped since the last M message
+        self.done = False
+        self.info = Counter()
+        self.round = 0
+
+    def mine(self, n) -> tuple:
+        """The items of my edges to ``n``."""
+        return edge_items(self.family, self.me, n, self.out_labels[n])
+
+    def arriving(self, q) -> tuple:
+        """The items of ``q``'s edges to me."""
+        return edge_items(self.family, q, self.me, self.in_labels[q])
+
+    def refresh_m(self) -> None:
+        """A: my active in-neighbors learn whom I dropped (round 0: everything; the edge
+        labels only for the alltoall family, where forwarded items name them); I learn theirs."""
+        if self.round == 0:
+            payload = (tuple(sorted(self.in_active)) if self.family == ALLGATHER
+                       else tuple(sorted((q, self.in_labels[q]) for q in self.in_active)))
+        else:
+            payload = tuple(self.removed)
+        self.removed = []
+        self.channel.post(dict.fromkeys(self.in_active, payload), TAG_M)
+        if self.round == 0:
+            self.M = self.channel.collect(self.out_active, TAG_M, apply=self._first_row)
+            return
+        M, kept = self.M, self.kept
+        for n, update in self.channel.collect(self.out_active, TAG_M).items():
+            if update:
+                dropped = numpy.array(update, dtype=self.rank_type)
+                kept[dropped] = False
+                M[n] = M[n][kept[M[n]]]
+                kept[dropped] = True
+
+    def _first_row(self, n, update):
+        """Round 0: the whole list of who sends to ``n``, made compact on arrival."""
+        if self.family != ALLGATHER:
+            self.labels_to[n] = dict(update)
+            update = tuple(self.labels_to[n])
+        senders = numpy.array(update, dtype=self.rank_type)
+        return senders[senders != self.me]
+
+    def pair_and_notify(self) -> set:
+        """B: pair with a friend (Algorithm 2), split our common neighbors, tell every active
+        out-neighbor what to expect; returns the out-neighbors this round covers."""
+        weights = _friends(self.M, self.out_active, self.theta)
+        if self.round == 0:
+            self.info["friends"] = len(weights)
+        covered = set()
+        if not weights:
+            self.done = True
+            for n in self.out_active:
+                self.steps.send(2 * self.round, n, self.mine(n))
+            notes = dict.fromkeys(self.out_active, (DONE,))
+            covered = set(self.out_active)
+        else:
+            self.info["alg1_iterations"] += 1
+            friend, iterations = pair_friends(self.channel, self.me, weights)
+            self.info["alg2_iterations"] += iterations
+            notes = dict.fromkeys(self.out_active, (NOTHING,))
+            if friend is not None:
+                self.info["friends_paired"] += 1
+                covered = _combine(self.me, friend, self.family, self.out_labels, self.in_labels,
+                                   self.out_active, self.in_active, self.M, self.labels_to, self.round,
+                                   self.steps, notes)
+        self.channel.post(notes, TAG_NOTE)
+        return covered
+
+    def take_notes(self, covered: set) -> None:
+        """C: the notes of my active in-neighbors become receives; drop what this round settled."""
+        for q, note in self.channel.collect(self.in_active, TAG_NOTE).items():
+            kind = note[0]
+            if kind == NOTHING:
+                continue
+            if kind == ONLOADED:
+                self.steps.recv(2 * self.round + 1, q, self.arriving(q) + self.arriving(note[1]))
+            elif kind == DONE:
+                self.steps.recv(2 * self.round, q, self.arriving(q))
+            self.in_active.discard(q)
+            self.removed.append(q)
+        self.channel.finish()
+        self.out_active -= covered
+        for n in covered:
+            self.M.pop(n, None)
+            self.labels_to.pop(n, None)
+        self.round += 1
 
 
 def _friends(M: dict, out_active, theta: int) -> dict:
