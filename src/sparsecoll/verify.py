@@ -48,61 +48,71 @@ def verify(patterns: Mapping | Sequence, topologies: Mapping | Sequence) -> dict
     for rank, pattern in patterns.items():
         if pattern.rank != rank:
             raise VerificationError(f"pattern stored for rank {rank} says rank {pattern.rank}")
-
-    # 1. matching sends and receives, step by step
     messages = items = 0
-    for s in range(nsteps):
-        sent = defaultdict(list)      # (src, dst) -> [items, ...] in send order
-        expected = defaultdict(list)  # (src, dst) -> [items, ...] in receive order
-        for rank, pattern in patterns.items():
-            if s >= len(pattern.steps):
-                continue
-            step = pattern.steps[s]
-            for m in step.sends:
-                if m.peer not in patterns:
-                    raise VerificationError(f"step {s}: rank {rank} sends to unknown rank {m.peer}")
-                sent[(rank, m.peer)].append(tuple(m.items))
-                messages += 1
-                items += len(m.items)
-            for m in step.recvs:
-                if m.peer not in patterns:
-                    raise VerificationError(f"step {s}: rank {rank} receives from unknown rank {m.peer}")
-                expected[(m.peer, rank)].append(tuple(m.items))
-        for pair in set(sent) | set(expected):
-            if sent.get(pair, []) != expected.get(pair, []):
-                a, b = pair
-                raise VerificationError(
-                    f"step {s}: rank {a} sends {sent.get(pair, [])} to rank {b}, "
-                    f"which expects {expected.get(pair, [])}"
-                )
-
-    # 2-4. per rank: holding, delivery, nothing extra
-    for rank, pattern in patterns.items():
-        topo = topologies[rank]
-        own = {item for item in topo.send_items(family) if item is not None}
-        wanted = Counter(item for item in topo.recv_items(family) if item is not None)
-        held = set(own)
-        arrivals = Counter()
-        forwarded = set()
-        for s, step in enumerate(pattern.steps):
-            for m in step.sends:
-                for item in m.items:
-                    if item not in held:
-                        raise VerificationError(
-                            f"step {s}: rank {rank} sends item {item} to {m.peer} before holding it")
-                    if item not in own:
-                        forwarded.add(item)
-            for m in step.recvs:
-                for item in m.items:
-                    arrivals[item] += 1
-                    held.add(item)
-        for item in wanted:
-            if item not in held:
-                raise VerificationError(f"rank {rank} never obtains item {item} for its receive blocks")
-        for item, n in arrivals.items():
-            if item not in wanted and item not in forwarded:
-                raise VerificationError(f"rank {rank} receives item {item} that it neither needs nor forwards")
-            if n > max(1, wanted.get(item, 0)):
-                raise VerificationError(
-                    f"rank {rank} receives item {item} {n} times but has {wanted.get(item, 0)} blocks for it")
+    for s in range(nsteps):  # 1. matching sends and receives, step by step
+        step_messages, step_items = _check_matching(s, patterns)
+        messages += step_messages
+        items += step_items
+    for rank, pattern in patterns.items():  # 2-4. per rank: holding, delivery, nothing extra
+        _check_delivery(rank, pattern, topologies[rank], family)
     return {"ranks": len(patterns), "steps": nsteps, "messages": messages, "items": items}
+
+
+def _check_matching(s: int, patterns: Mapping) -> tuple:
+    """Step ``s``: every pair's sends equal the receives posted for them, in order; ``(messages, items)``."""
+    messages = items = 0
+    sent = defaultdict(list)      # (src, dst) -> [items, ...] in send order
+    expected = defaultdict(list)  # (src, dst) -> [items, ...] in receive order
+    for rank, pattern in patterns.items():
+        if s >= len(pattern.steps):
+            continue
+        step = pattern.steps[s]
+        for m in step.sends:
+            if m.peer not in patterns:
+                raise VerificationError(f"step {s}: rank {rank} sends to unknown rank {m.peer}")
+            sent[(rank, m.peer)].append(tuple(m.items))
+            messages += 1
+            items += len(m.items)
+        for m in step.recvs:
+            if m.peer not in patterns:
+                raise VerificationError(f"step {s}: rank {rank} receives from unknown rank {m.peer}")
+            expected[(m.peer, rank)].append(tuple(m.items))
+    for pair in set(sent) | set(expected):
+        if sent.get(pair, []) != expected.get(pair, []):
+            a, b = pair
+            raise VerificationError(
+                f"step {s}: rank {a} sends {sent.get(pair, [])} to rank {b}, "
+                f"which expects {expected.get(pair, [])}"
+            )
+    return messages, items
+
+
+def _check_delivery(rank: int, pattern, topo, family: str) -> None:
+    """One rank: it holds every item it sends, obtains every item its receive blocks want,
+    and receives nothing it neither needs nor forwards (nor more often than it has blocks for)."""
+    own = {item for item in topo.send_items(family) if item is not None}
+    wanted = Counter(item for item in topo.recv_items(family) if item is not None)
+    held = set(own)
+    arrivals = Counter()
+    forwarded = set()
+    for s, step in enumerate(pattern.steps):
+        for m in step.sends:
+            for item in m.items:
+                if item not in held:
+                    raise VerificationError(
+                        f"step {s}: rank {rank} sends item {item} to {m.peer} before holding it")
+                if item not in own:
+                    forwarded.add(item)
+        for m in step.recvs:
+            for item in m.items:
+                arrivals[item] += 1
+                held.add(item)
+    for item in wanted:
+        if item not in held:
+            raise VerificationError(f"rank {rank} never obtains item {item} for its receive blocks")
+    for item, n in arrivals.items():
+        if item not in wanted and item not in forwarded:
+            raise VerificationError(f"rank {rank} receives item {item} that it neither needs nor forwards")
+        if n > max(1, wanted.get(item, 0)):
+            raise VerificationError(
+                f"rank {rank} receives item {item} {n} times but has {wanted.get(item, 0)} blocks for it")
