@@ -266,65 +266,93 @@ def build_cp(topology: Topology, comm, L: int) -> Plan:
     I = sorted({s for s in topology.sources if s != PROC_NULL and s != p})  # noqa: E741 (the paper's I)
     rows = comm.allgather(out_bits(O, n)) if n > L else None  # calculate_A's input
     out = numpy.asarray(O, dtype=numpy.int64)
-    channel = ProtocolChannel(comm)
-    O_on = set(O)
-    O_org: dict = {}
-    I_on: dict = {s: {s} for s in I}
-    steps = []
+    halving = _Halving(p, O, I, ProtocolChannel(comm))
     start, end = 0, n - 1
     while end - start + 1 > L:
         h1, h2, _ = split(start, end, p)
-        tag = TAGS_PER_STEP * len(steps)
+        tag = TAGS_PER_STEP * len(halving.steps)
         agents = ranked(p, *matrix_a(rows, out, h2, h2), h1, h2)
         origins = ranked(p, *matrix_a(rows, out, h2, h1), h1, h2)
         if h1[0] < h2[0]:  # lower half: find agents first
-            agent = find_agent(channel, tag, agents)
-            origin = find_origin(channel, tag + 1, origins)
+            agent = find_agent(halving.channel, tag, agents)
+            origin = find_origin(halving.channel, tag + 1, origins)
         else:
-            origin = find_origin(channel, tag, origins)
-            agent = find_agent(channel, tag + 1, agents)
+            origin = find_origin(halving.channel, tag, origins)
+            agent = find_agent(halving.channel, tag + 1, agents)
+        halving.step(agent, origin, h2, tag)
+        start, end = h1
+    halving.I_on.pop(p, None)  # blocks that reached this rank during the halving
+    return Plan(p, halving.steps, halving.O_on, halving.O_org, halving.I_on, halving.channel.sent)
 
-        def far(r, h2=h2):
+
+class _Halving:
+    """One rank's bookkeeping across the halving steps of Algorithm 1: ``O_on`` (destinations
+    it still serves itself), ``O_org`` (blocks of other origins it now carries, with their
+    destinations), ``I_on`` (for each rank that will deliver to it, the origins it brings)."""
+
+    def __init__(self, p: int, O, I, channel: ProtocolChannel):  # noqa: E741 (the paper's O and I)
+        self.p = p
+        self.channel = channel
+        self.O_on = set(O)
+        self.O_org: dict = {}
+        self.I_on: dict = {s: {s} for s in I}
+        self.steps: list = []
+
+    def step(self, agent: int, origin: int, h2: tuple, tag: int) -> None:
+        """One halving step once the agent and origin are known (the far half is ``h2``)."""
+        def far(r):
             return h2[0] <= r <= h2[1]
 
-        # notifications: to every destination in h2 this rank serves, from every deliverer in h2
-        served = {r for r in O_on if far(r)}
-        for targets in O_org.values():
-            served.update(r for r in targets if far(r))
-        for r in sorted(served):
-            channel.send(agent, r, tag + 3)
+        self._announce(agent, far, tag + 3)
         step = HalvingStep(agent, origin)
         if agent >= 0:
-            O_off = {r for r in O_on if far(r)}
-            O_on -= O_off
-            D = {p: sorted(O_off)}
-            for o in list(O_org):
-                list1 = {r for r in O_org[o] if far(r)}
-                if list1:
-                    D[o] = sorted(list1)
-                    O_org[o] -= list1
-                    if not O_org[o]:
-                        del O_org[o]
-            channel.send(D, agent, tag + 2)
-            step.sent = tuple(D)
-        for deliverer in sorted(d for d in I_on if far(d)):
-            new, _ = channel.recv(deliverer, tag + 3)
-            if new >= 0:
-                I_on.setdefault(new, set()).update(I_on.pop(deliverer))
+            step.sent = self._hand_over(agent, far, tag + 2)
+        self._follow_deliverers(far, tag + 3)
         if origin >= 0:
-            D_in, _ = channel.recv(origin, tag + 2)
-            for o, targets in D_in.items():
-                if o in O_org:
-                    raise RuntimeError(f"distance_halving: rank {p} received the block of {o} twice")
-                rest = set(targets) - {p}
-                if rest:
-                    O_org[o] = rest
-            step.received = tuple(D_in)
-        channel.finish()
-        steps.append(step)
-        start, end = h1
-    I_on.pop(p, None)  # blocks that reached this rank during the halving
-    return Plan(p, steps, O_on, O_org, I_on, channel.sent)
+            step.received = self._take_over(origin, tag + 2)
+        self.channel.finish()
+        self.steps.append(step)
+
+    def _announce(self, agent: int, far, tag: int) -> None:
+        """Tell every destination in the far half that this rank serves who delivers from now on."""
+        served = {r for r in self.O_on if far(r)}
+        for targets in self.O_org.values():
+            served.update(r for r in targets if far(r))
+        for r in sorted(served):
+            self.channel.send(agent, r, tag)
+
+    def _hand_over(self, agent: int, far, tag: int) -> tuple:
+        """Send the agent every block bound for the far half (mine and those I carry); their origins."""
+        O_off = {r for r in self.O_on if far(r)}
+        self.O_on -= O_off
+        D = {self.p: sorted(O_off)}
+        for o in list(self.O_org):
+            list1 = {r for r in self.O_org[o] if far(r)}
+            if list1:
+                D[o] = sorted(list1)
+                self.O_org[o] -= list1
+                if not self.O_org[o]:
+                    del self.O_org[o]
+        self.channel.send(D, agent, tag)
+        return tuple(D)
+
+    def _follow_deliverers(self, far, tag: int) -> None:
+        """Learn, from each far deliverer, the agent that delivers its origins to me from now on."""
+        for deliverer in sorted(d for d in self.I_on if far(d)):
+            new, _ = self.channel.recv(deliverer, tag)
+            if new >= 0:
+                self.I_on.setdefault(new, set()).update(self.I_on.pop(deliverer))
+
+    def _take_over(self, origin: int, tag: int) -> tuple:
+        """Receive the blocks my origin hands over (this rank is its agent); their origins."""
+        D_in, _ = self.channel.recv(origin, tag)
+        for o, targets in D_in.items():
+            if o in self.O_org:
+                raise RuntimeError(f"distance_halving: rank {self.p} received the block of {o} twice")
+            rest = set(targets) - {self.p}
+            if rest:
+                self.O_org[o] = rest
+        return tuple(D_in)
 
 
 def pattern_of(plan: Plan, depth: int) -> Pattern:
