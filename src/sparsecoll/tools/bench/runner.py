@@ -225,50 +225,85 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
     (a dict kept across calls) lets Phase 1 be measured once per workload, family and
     algorithm, since it does not depend on the size or the mode.
     """
-    if isinstance(modes, str):
-        modes = [modes]
-    modes = list(dict.fromkeys(modes))
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise ValueError(f"modes: expected some of {MODES}, got {modes!r}")
+    modes = _checked_modes(modes)
     if reps < 1:
         raise ValueError(f"reps: expected at least 1, got {reps}")
     if not algorithms:  # nothing supports this case (the command has said so)
         return []
-    family = family_of(collective)
     phase1_cache = {} if phase1_cache is None else phase1_cache
-    variants = [(name, mode) for mode in modes for name in algorithms]
-    comms, build_seconds, plans, phases = {}, {}, {}, {}
-    for name in algorithms:
-        world.Barrier()
-        start = time.perf_counter()
-        comm = wrap(workload.comm, name)
-        if name != "native":
-            comm.pattern(collective)
-        build_seconds[name] = _max_over_ranks(world, time.perf_counter() - start)
-        plans[name] = plan_numbers(world, workload, comm, collective, size)
-        if name != "native":
-            key = (workload.spec, family, name)
-            if key not in phase1_cache:
-                phase1_cache[key] = phase1_seconds(world, comm, collective, phase_reps)
-            phases[name] = {**phase1_cache[key], **phase2_seconds(world, comm, collective,
-                                                                   make_buffers(workload, collective, size),
-                                                                   phase_reps), "phase_reps": phase_reps}
-        else:  # the MPI library's own setup is not visible
-            phases[name] = {**dict.fromkeys(PHASE_FIELDS), "phase_reps": 0}
-        for mode in modes:
-            comms[(name, mode)] = wrap(workload.comm, name, rebind=(mode == "nonpersistent" and name != "native"))
+    setup = {name: _set_up(world, workload, collective, size, name, phase_reps, phase1_cache)
+             for name in algorithms}
     calls = {}
-    for variant, comm in comms.items():
-        world.Barrier()
-        calls[variant] = Call(comm, collective, make_buffers(workload, collective, size), variant[1])
+    for mode in modes:
+        for name in algorithms:
+            comm = wrap(workload.comm, name, rebind=(mode == "nonpersistent" and name != "native"))
+            world.Barrier()
+            calls[(name, mode)] = Call(comm, collective, make_buffers(workload, collective, size), mode)
     first = {variant: _max_over_ranks(world, call.first_seconds) for variant, call in calls.items()}
     for _ in range(warmup):
         for call in calls.values():
             call()
+    samples, binds = _interleaved(world, workload.comm, calls, reps)
+    reference = None if "native" in algorithms else native_reference(workload, collective, size)
+    results = []
+    for mode in modes:
+        result = {"workload": workload.spec, "topology": workload.name, "collective": collective,
+                  "family": family_of(collective), "size": size, "mode": mode, "reps": reps, "algorithms": {}}
+        expected = calls[("native", mode)].buffers.recv if reference is None else reference
+        for name in algorithms:
+            variant = (name, mode)
+            worst = numpy.empty(reps)
+            world.Allreduce(samples[variant], worst, op=MPI.MAX)
+            agree = world.allreduce(bool(numpy.array_equal(calls[variant].buffers.recv, expected)), op=MPI.LAND)
+            result["algorithms"][name] = {"samples": worst.tolist(), "first_call_seconds": first[variant],
+                                          "agrees_with_native": agree,
+                                          "binds_per_call": _max_over_ranks(world, binds[variant]) / reps,
+                                          **setup[name]}
+            if on_progress is not None:
+                on_progress()
+        results.append(result)
+    for call in calls.values():
+        call.free()
+    return results
+
+
+def _checked_modes(modes) -> list:
+    """The modes asked for, once each, in order (ValueError naming ``modes`` otherwise)."""
+    modes = list(dict.fromkeys([modes] if isinstance(modes, str) else modes))
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ValueError(f"modes: expected some of {MODES}, got {modes!r}")
+    return modes
+
+
+def _set_up(world, workload: Workload, collective: str, size: int, name: str, phase_reps: int,
+            phase1_cache: dict) -> dict:
+    """What one algorithm costs before its calls: build time, the plan's numbers, Phases 1 and 2."""
+    world.Barrier()
+    start = time.perf_counter()
+    comm = wrap(workload.comm, name)
+    if name != "native":
+        comm.pattern(collective)
+    build_seconds = _max_over_ranks(world, time.perf_counter() - start)
+    plan = plan_numbers(world, workload, comm, collective, size)
+    if name == "native":  # the MPI library's own setup is not visible
+        phases = {**dict.fromkeys(PHASE_FIELDS), "phase_reps": 0}
+    else:
+        key = (workload.spec, family_of(collective), name)
+        if key not in phase1_cache:
+            phase1_cache[key] = phase1_seconds(world, comm, collective, phase_reps)
+        phases = {**phase1_cache[key], **phase2_seconds(world, comm, collective,
+                                                         make_buffers(workload, collective, size), phase_reps),
+                  "phase_reps": phase_reps}
+    return {"build_seconds": build_seconds, **phases, "plan": plan}
+
+
+def _interleaved(world, handle, calls: dict, reps: int) -> tuple:
+    """``(samples, binds)``: every call once per repetition, in an order rotated each time,
+    a barrier before each; this rank's seconds per call and the schedules each bound."""
+    variants = list(calls)
     samples = {variant: numpy.empty(reps) for variant in variants}
     binds = dict.fromkeys(variants, 0)
-    handle = workload.comm
     timer = MPI.Wtime
     for rep in range(reps):
         shift = rep % len(variants)
@@ -280,26 +315,4 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
             call()
             samples[variant][rep] = timer() - t0
             binds[variant] += handle.schedules_bound - bound_before
-    measured_native = "native" in algorithms
-    checked = None if measured_native else native_reference(workload, collective, size)
-    results = []
-    for mode in modes:
-        result = {"workload": workload.spec, "topology": workload.name, "collective": collective,
-                  "family": family, "size": size, "mode": mode, "reps": reps, "algorithms": {}}
-        reference = calls[("native", mode)].buffers.recv if measured_native else checked
-        for name in algorithms:
-            variant = (name, mode)
-            worst = numpy.empty(reps)
-            world.Allreduce(samples[variant], worst, op=MPI.MAX)
-            agree = bool(numpy.array_equal(calls[variant].buffers.recv, reference))
-            agree = world.allreduce(agree, op=MPI.LAND)
-            result["algorithms"][name] = {"samples": worst.tolist(), "build_seconds": build_seconds[name],
-                                          "first_call_seconds": first[variant], "agrees_with_native": agree,
-                                          "binds_per_call": _max_over_ranks(world, binds[variant]) / reps,
-                                          **phases[name], "plan": plans[name]}
-            if on_progress is not None:
-                on_progress()
-        results.append(result)
-    for call in calls.values():
-        call.free()
-    return results
+    return samples, binds
