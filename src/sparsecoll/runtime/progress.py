@@ -11,10 +11,12 @@ from one stage to the next is sparsecoll's job, and it is done by one engine per
 * a blocking sparsecoll call made while requests are in flight waits through the engine
   too (it advances the others while it waits);
 * while requests with a later stage are in flight and MPI runs at ``MPI_THREAD_MULTIPLE``,
-  a daemon thread advances them every ``SPARSECOLL_PROGRESS_INTERVAL`` seconds (default
-  0.0002), so a rank blocked in one of the user's own MPI calls still moves its
-  collectives on; ``SPARSECOLL_PROGRESS_THREAD=0`` turns it off. The thread sleeps
-  while nothing is in flight.
+  a daemon thread advances them whenever no sparsecoll call has driven progress for
+  ``SPARSECOLL_PROGRESS_INTERVAL`` seconds (default 0.002), so a rank blocked in one of the
+  user's own MPI calls still moves its collectives on; ``SPARSECOLL_PROGRESS_THREAD=0``
+  turns it off. The thread stays out of the way of a rank that tests or waits itself (it
+  only looks every interval, and never waits for the engine's lock), and sleeps until the
+  next request once nothing has been in flight for a while.
 
 A request of a single stage (the ``direct`` algorithm's usual schedule) is never handed
 to the engine: MPI progresses it alone, so that path costs nothing extra.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 
 from mpi4py import MPI
 
@@ -37,8 +40,10 @@ _Testall = MPI.Request.Testall
 _Waitall = MPI.Request.Waitall
 _Waitany = MPI.Request.Waitany
 
-#: Seconds between two rounds of the progress thread while requests are in flight.
-PROGRESS_INTERVAL = float(os.environ.get("SPARSECOLL_PROGRESS_INTERVAL", "0.0002"))
+#: Seconds without progress driven by a sparsecoll call after which the progress thread steps in.
+PROGRESS_INTERVAL = float(os.environ.get("SPARSECOLL_PROGRESS_INTERVAL", "0.002"))
+#: Idle looks after which the progress thread sleeps until the next request.
+IDLE_LOOKS = 100
 
 
 class ProgressEngine:
@@ -46,8 +51,10 @@ class ProgressEngine:
 
     def __init__(self):
         self.lock = threading.RLock()
-        self._wake = threading.Condition(self.lock)
         self.pending: list = []  # requests with a later stage still to start
+        self.driven = 0.0  # time.monotonic() when a sparsecoll call last drove progress
+        self._wake = threading.Condition()  # the thread's own sleep (not the engine's lock)
+        self._asleep = False
         self._thread = None
         self._stopping = False
         self._thread_allowed = None  # decided at the first request (MPI must be initialized)
@@ -56,10 +63,15 @@ class ProgressEngine:
     def add(self, request) -> None:
         """Track a request whose program has more stages (caller holds the lock)."""
         self.pending.append(request)
-        if self._thread is None and self._allows_thread():
-            self._thread = threading.Thread(target=self._loop, name="sparsecoll-progress", daemon=True)
-            self._thread.start()
-        self._wake.notify()
+        self.driven = time.monotonic()
+        if self._thread is None:
+            if self._allows_thread():
+                self._thread = threading.Thread(target=self._loop, name="sparsecoll-progress", daemon=True)
+                self._thread.start()
+        elif self._asleep:
+            with self._wake:
+                self._asleep = False
+                self._wake.notify()
 
     def _allows_thread(self) -> bool:
         if self._thread_allowed is None:
@@ -74,6 +86,7 @@ class ProgressEngine:
 
     def wait(self, request) -> None:
         """Block until ``request``'s messages are complete, advancing every request meanwhile."""
+        self.driven = time.monotonic()
         pending = self.pending
         while request._current is not None:
             others = [r for r in pending if r is not request]
@@ -93,21 +106,36 @@ class ProgressEngine:
 
     # -- the thread ------------------------------------------------------------------
     def _loop(self) -> None:
-        with self.lock:
-            while not self._stopping:
-                if not self.pending:
-                    self._wake.wait()
-                    continue
-                self.advance_all()
-                self._wake.wait(PROGRESS_INTERVAL)
+        idle = 0
+        while not self._stopping:
+            with self._wake:
+                if idle >= IDLE_LOOKS:
+                    self._asleep = True
+                    while self._asleep and not self._stopping:
+                        self._wake.wait()
+                    idle = 0
+                else:
+                    self._wake.wait(PROGRESS_INTERVAL)
+            if not self.pending:
+                idle += 1
+                continue
+            idle = 0
+            if time.monotonic() - self.driven < PROGRESS_INTERVAL:
+                continue  # a sparsecoll call is driving progress itself
+            if self.lock.acquire(blocking=False):  # else a thread is waiting through the engine
+                try:
+                    self.advance_all()
+                finally:
+                    self.lock.release()
 
     def stop(self) -> None:
         """End the progress thread (at exit, before MPI is finalized)."""
         thread = self._thread
         if thread is None:
             return
-        with self.lock:
+        with self._wake:
             self._stopping = True
+            self._asleep = False
             self._wake.notify()
         thread.join(timeout=1.0)
         self._thread = None
@@ -213,6 +241,7 @@ class ScheduleRequest:
                 self._current = None
         else:
             with ENGINE.lock:
+                ENGINE.driven = time.monotonic()
                 ENGINE.advance_all()
                 if self._single is not None and self._current is not None and _Testall(self._current):
                     self._current = None
