@@ -212,7 +212,7 @@ class Exchange:
         self.send = numpy.full(max(nsend, 1) * SLOTS, -3, ELEMENT[kind])
         self.recv = numpy.full(max(len(nbh.sources), 1) * SLOTS, -7, ELEMENT[kind])
 
-    def fresh(self) -> "Exchange":
+    def fresh(self) -> Exchange:
         """New arrays with the same layout."""
         return Exchange(self.nbh, self.collective, self.kind)
 
@@ -851,15 +851,18 @@ def test_none_as_a_whole_buffer_is_a_type_error():
             for kind in KINDS:
                 name = method_name(collective, kind)
                 method = getattr(comm, name)
-                expect_error(failures, f"{name}(None, empty)", TypeError, "", lambda: method(None, recv_empty),
+                expect_error(failures, f"{name}(None, empty)", TypeError, "",
+                             lambda method=method, recv_empty=recv_empty: method(None, recv_empty),
                              finisher(kind))
-                expect_error(failures, f"{name}(empty, None)", TypeError, "", lambda: method(send_empty, None),
+                expect_error(failures, f"{name}(empty, None)", TypeError, "",
+                             lambda method=method, send_empty=send_empty: method(send_empty, None),
                              finisher(kind))
                 if collective != "allgatherw":  # what mpi4py itself does: a TypeError (its message
                     # differs between the buffer-spec forms: "expecting buffer or list/tuple", or for
                     # the W forms "object of type 'NoneType' has no len()")
                     expect_error(failures, f"mpi4py {name}(None, empty)", TypeError, "",
-                                 lambda: getattr(plain(raw), name)(None, recv_empty), finisher(kind))
+                                 lambda name=name, recv_empty=recv_empty: getattr(plain(raw), name)(None, recv_empty),
+                                 finisher(kind))
                 try:
                     run_to_completion(comm, collective, kind, send_empty, recv_empty)
                 except Exception as exc:  # noqa: BLE001
@@ -881,7 +884,8 @@ def test_bad_options_raise_at_wrap_time():
         expect_error(failures, "ranks_per_socket=0", ValueError, "ranks_per_socket",
                      lambda: sparsecoll.wrap(raw, "distance_halving", ranks_per_socket=0))
         expect_error(failures, 'alpha="x"', TypeError, "alpha", lambda: sparsecoll.wrap(cart, "cartesian", alpha="x"))
-        expect_error(failures, "alpha=-1.0", ValueError, "alpha", lambda: sparsecoll.wrap(cart, "cartesian", alpha=-1.0))
+        expect_error(failures, "alpha=-1.0", ValueError, "alpha",
+                     lambda: sparsecoll.wrap(cart, "cartesian", alpha=-1.0))
     except Exception as exc:  # noqa: BLE001
         failures.append(describe(exc))
     try:
@@ -905,11 +909,12 @@ def test_methods_reject_extra_positional_arguments_and_persistent_ones_take_info
                 send_spec, recv_spec = good_specs(nbh, collective)
                 extra = (MPI.INFO_NULL, 5) if kind == "persistent" else (5,)
                 expect_error(failures, f"{name}(s, r, {', '.join(map(str, extra))})", TypeError, "",
-                             lambda: getattr(comm, name)(send_spec, recv_spec, *extra), finisher(kind))
+                             lambda name=name, send_spec=send_spec, recv_spec=recv_spec, extra=extra:
+                             getattr(comm, name)(send_spec, recv_spec, *extra), finisher(kind))
         for collective in ("alltoall", "allgatherv", "alltoallw"):
             name = method_name(collective, "persistent")
-            for how, call in (("positional", lambda s, r: getattr(comm, name)(s, r, MPI.INFO_NULL)),
-                              ("keyword", lambda s, r: getattr(comm, name)(s, r, info=MPI.INFO_NULL))):
+            for how, call in (("positional", lambda s, r, name=name: getattr(comm, name)(s, r, MPI.INFO_NULL)),
+                              ("keyword", lambda s, r, name=name: getattr(comm, name)(s, r, info=MPI.INFO_NULL))):
                 try:
                     send_spec, recv_spec = good_specs(nbh, collective)
                     before = recv_spec[0].copy()
@@ -1093,7 +1098,8 @@ def operations(draw, wrapper_list: list, menu: list, size: int):
     op = draw(st.sampled_from(["blocking", "nonblocking", "nonblocking", "persistent", "ring"]))
     if op == "ring":
         return {"op": op, "salt": draw(st.integers(0, 99))}
-    if op == "persistent" and not any(c in collectives_for(name, True) for name, _ in wrapper_list for _, c, _, _ in menu):
+    if op == "persistent" and not any(c in collectives_for(name, True)
+                                      for name, _ in wrapper_list for _, c, _, _ in menu):
         op = "blocking"  # (only native wrappers and alltoallw calls)
     reuse = draw(per_rank(st.booleans(), size))
     if op == "blocking":
