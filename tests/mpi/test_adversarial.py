@@ -1,4 +1,4 @@
-"""Adversarial MPI programs: legal uses of the public API that sparsecoll must run
+r"""Adversarial MPI programs: legal uses of the public API that sparsecoll must run
 exactly as the MPI library does.
 
 Every expected result comes from the MPI library itself: mpi4py's own method
@@ -21,7 +21,27 @@ Cases:
    persistent calls, buffer reuse and wait orders per rank, user point-to-point traffic.
 
 Runs on every rank (launched by ``tests/test_mpi.py``); every test ends all ranks
-together (failures are combined with an allgather before anything is asserted).
+together (failures are combined with an allgather before anything is asserted), and a
+test that hangs is ended by its timeout.
+
+Running it::
+
+    SPARSECOLL_TEST_RANKS=4 SPARSECOLL_MPI_MODULES=test_adversarial.py .venv/bin/python -m pytest tests/test_mpi.py -q
+    SPARSECOLL_TEST_RANKS=1,2,3,4,5,8 SPARSECOLL_MPI_MODULES=test_adversarial.py \
+        .venv-ompi/bin/python -m pytest tests/test_mpi.py -q
+    # a long run of the randomized programs alone (tests/test_mpi.py stops a launch after 840 s)
+    SPARSECOLL_ADVERSARIAL_EXAMPLES=5000 .venv/bin/mpiexec -n 4 .venv/bin/python -m pytest \
+        tests/mpi/test_adversarial.py -k random_programs -q -p no:cacheprovider
+
+Environment of the randomized programs (case 8):
+
+* ``SPARSECOLL_ADVERSARIAL_EXAMPLES``: programs to generate (default 40; thousands for a
+  long run, with ``SPARSECOLL_ADVERSARIAL_TIMEOUT`` seconds for the whole test, default
+  120 + 15 per program); one more runs for each algorithm none of them called;
+* ``SPARSECOLL_ADVERSARIAL_PROGRAM_TIMEOUT``: seconds one program may run before every
+  rank prints its stacks (rank 0 the program) and exits (default 60);
+* ``SPARSECOLL_ADVERSARIAL_ALGORITHMS``: a comma list narrowing the algorithms
+  (``auto`` included only if listed).
 """
 
 from __future__ import annotations
@@ -838,9 +858,9 @@ def run_to_completion(comm, collective: str, kind: str, send_spec, recv_spec) ->
 
 
 def test_none_as_a_whole_buffer_is_a_type_error():
-    """Case 7b: ``None`` as a whole buffer argument raises TypeError, like mpi4py ("message:
-    expecting buffer or list/tuple"), in all 18 methods; ``[None, 0, MPI.INT]`` and the
-    other empty specs stay legal."""
+    """Case 7b: ``None`` as a whole buffer argument raises TypeError in all 18 methods, as
+    mpi4py's raise ("message: expecting buffer or list/tuple"; alltoallw: "object of type
+    'NoneType' has no len()"); ``[None, 0, MPI.INT]`` and the other empty specs stay legal."""
     raw = ring_graph()
     failures = []
     try:
@@ -980,7 +1000,7 @@ def test_caches_do_not_keep_user_arrays_alive(algorithm):
 # ---------------------------------------------------------------------------------
 # case 8: randomized programs (hypothesis)
 
-DEFAULT_EXAMPLES = 12
+DEFAULT_EXAMPLES = 40
 EXAMPLES = int(os.environ.get("SPARSECOLL_ADVERSARIAL_EXAMPLES", DEFAULT_EXAMPLES))
 #: seconds one program may run before this rank prints it with every thread's stack and exits
 PROGRAM_TIMEOUT = float(os.environ.get("SPARSECOLL_ADVERSARIAL_PROGRAM_TIMEOUT", 60))
