@@ -12,17 +12,18 @@ from mpi4py import MPI
 from sparsecoll.runtime.caches import ParseCache, call_signature
 from sparsecoll.runtime.channels import GUARANTEED_TAG_UB, NONBLOCKING_CHANNELS, Channels
 from sparsecoll.runtime.plan import make_plan
+from sparsecoll.runtime.progress import ScheduleRequest
 
 
-class _Outstanding:
-    """A request whose messages complete only when the engine is asked to wait for them."""
-
-    def __init__(self):
-        self._current = [MPI.REQUEST_NULL]
-        self._single = self._current
-
-    def __bool__(self):
-        return True
+def _outstanding():
+    """A started one-stage request (a message to self on COMM_SELF) whose messages complete
+    only when someone waits for them."""
+    buffer = numpy.zeros(1, "i4")
+    stage = [MPI.COMM_SELF.Recv_init(buffer, 0, 7), MPI.COMM_SELF.Send_init(numpy.ones(1, "i4"), 0, 7)]
+    request = ScheduleRequest(single=stage, persistent=True, keep=(buffer,),
+                              on_free=lambda _: [mpi_request.Free() for mpi_request in stage])
+    request.Start()
+    return request
 
 
 def test_tags_stay_within_the_guaranteed_range():
@@ -40,18 +41,19 @@ def test_tags_stay_within_the_guaranteed_range():
 def test_a_nonblocking_channel_is_reused_only_after_its_messages_completed():
     channels = Channels(GUARANTEED_TAG_UB)
     first = channels.take_nonblocking()
-    request = _Outstanding()
+    request = _outstanding()
     channels.hold_nonblocking(first, request)
     for _ in range(NONBLOCKING_CHANNELS - 1):
         channels.take_nonblocking()
     assert request._current is not None
     assert channels.take_nonblocking() == first  # the engine waited for the earlier call here
     assert request._current is None
+    request.Free()
 
 
 def test_a_live_persistent_request_keeps_its_channel():
     channels = Channels(NONBLOCKING_CHANNELS + 3)  # three persistent channels
-    held = _Outstanding()
+    held = _outstanding()
     channel = channels.take_persistent()
     channels.hold_persistent(channel, held)
     channels.take_persistent(), channels.take_persistent()
@@ -59,6 +61,7 @@ def test_a_live_persistent_request_keeps_its_channel():
         channels.take_persistent()
     channels.release_persistent(channel)
     assert channels.take_persistent() == channel + 1  # the count moved on; the next cycle may use it
+    held.Free()
 
 
 def test_plan_keys_hold_every_option_by_value():

@@ -26,7 +26,8 @@ from .buffers import parse_simple
 from .checks import is_integer
 from .pattern import family_of
 from .runtime import CallPlan, CommRuntime, Plan, existing_runtime, make_plan, runtime_of
-from .topology import PROC_NULL, Topology
+from .runtime.plan import explain_plan
+from .topology import PROC_NULL, Topology, from_comm
 from .topology import cartesian as cartesian_topology
 from .topology.cartesian import Grid, check_offsets, grid_of
 
@@ -62,12 +63,19 @@ class NeighborhoodMixin:
 
     @property
     def topology(self) -> Topology:
-        """This rank's Topology as sparsecoll sees it."""
-        return self._sc_attach().topology
+        """This rank's Topology as sparsecoll sees it (local)."""
+        runtime = self._sc_runtime
+        if runtime is not None:
+            return runtime.topology
+        return self._sc_topology if self._sc_topology is not None else from_comm(self)
 
     def resolved_algorithm(self, collective: str) -> str:
         """The algorithm that runs ``collective`` (``"auto"`` resolved per family; local)."""
-        return self._sc_attach().resolve(self._sc_plan, family_of(collective))
+        family = family_of(collective)
+        runtime = self._sc_runtime
+        if runtime is not None:
+            return runtime.resolve(self._sc_plan, family)
+        return explain_plan(self._sc_plan, self.topology, family)["algorithm"]
 
     def pattern(self, collective: str):
         """This rank's Pattern for ``collective``'s family (collective: call it on every rank)."""
@@ -92,8 +100,8 @@ class NeighborhoodMixin:
 
     @property
     def schedules_bound(self) -> int:
-        """How many call schedules were bound on this handle so far (all its wrappers together)."""
-        return self._sc_attach().schedules_bound
+        """How many call schedules were bound on this handle so far (all its wrappers together; local)."""
+        return 0 if self._sc_runtime is None else self._sc_runtime.schedules_bound
 
     def release_caches(self) -> None:
         """Drop this handle's cached parses, schedules and idle executors (local, no communication)."""
@@ -125,7 +133,7 @@ class NeighborhoodMixin:
         ``attach``: make its runtime now (collective; not for Idup, whose communicator is
         usable only once its request completes: the first collective call makes it then).
         """
-        new.__dict__.update(_sc_plan=self._sc_plan, _sc_topology=self._sc_attach().topology)
+        new.__dict__.update(_sc_plan=self._sc_plan, _sc_topology=self.topology)
         if attach:
             new._sc_attach()
         return new
@@ -262,7 +270,7 @@ class NeighborhoodMixin:
     def _allgatherw_as_alltoallw(self, sendbuf, recvbuf):
         """MPI has no allgatherw: express it as alltoallw with every send block at displacement 0."""
         send = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
-        outdegree = self._sc_attach().topology.outdegree
+        outdegree = self.topology.outdegree
         address, count, datatype = send.piece(0)
         return [MPI.BOTTOM, [count] * outdegree, [address] * outdegree, [datatype] * outdegree], recvbuf
 

@@ -69,7 +69,7 @@ class Channels:
         channel = self.first_persistent + self._persistent_calls % self.persistent_channels
         self._persistent_calls += 1
         holder = self._persistent.get(channel)
-        if holder is not None and holder() is not None and holder():
+        if holder is not None and holder():  # alive and not freed
             raise RuntimeError(
                 f"persistent request #{self._persistent_calls}: every one of the {self.persistent_channels} tag "
                 f"channels of this communicator (TAG_UB {self.tag_ub}) was used since request "

@@ -17,12 +17,11 @@ from .. import algorithms, execute
 from ..bind import bind, has_transit
 from ..buffers import Blocks, parse_simple, parse_vector, parse_w
 from ..execute import StepExecutor as Executor  # the size pass and request counts use the default
-from ..model.choice import explain_choice
 from ..pattern import family_of, stats
 from ..topology import Topology, from_comm
 from .caches import CACHE_SIZE, ParseCache, Recent, call_signature
 from .channels import Channels
-from .plan import CallPlan, Plan
+from .plan import CallPlan, Plan, explain_plan
 from .progress import ENGINE, ScheduleRequest, run_stages
 
 #: Tag of blocking calls (and of the size pass of persistent requests at init).
@@ -82,11 +81,7 @@ class CommRuntime:
         """The algorithm ``plan`` runs for ``family`` with the reasons (``auto`` asks the model)."""
         choice = self._choices.get((plan.key, family))
         if choice is None:
-            if plan.algorithm == algorithms.AUTO:
-                choice = explain_choice(self.topology, family, dict(plan.options))
-            else:
-                choice = {"algorithm": plan.algorithm}
-            self._choices[(plan.key, family)] = choice
+            choice = self._choices[(plan.key, family)] = explain_plan(plan, self.topology, family)
         return choice
 
     def resolve(self, plan: Plan, family: str) -> str:
@@ -274,8 +269,10 @@ class CommRuntime:
 
     def bind_uncached(self, plan: Plan, collective: str, sendbuf, recvbuf):
         """One call's Schedule made from scratch: parse, size pass where needed (collective), bind."""
-        call = self.call_plan(plan, collective)
-        send, recv = self.parse_uncached(collective, sendbuf, recvbuf)
+        return self._bound_uncached(self.call_plan(plan, collective), sendbuf, recvbuf)
+
+    def _bound_uncached(self, call: CallPlan, sendbuf, recvbuf):
+        send, recv = self.parse_uncached(call.collective, sendbuf, recvbuf)
         sizes = self.run_size_pass(call, send) if call.size_pass else None
         return self.bind(call, send, recv, sizes)
 
@@ -291,7 +288,7 @@ class CommRuntime:
         if call.rebind:  # non-persistent mode: bind on every call
             self._run_once(call, self.bind(call, send, recv, sizes))
             return
-        key = (call, layout) if sizes is None else (call, layout, tuple(sizes.values()))
+        key = _call_key(call, layout, sizes)
         executor = self._blocking.recall(key)
         if executor is None:
             executor = call.executor(self.private, self._schedule(call, send, recv, key, sizes), BLOCKING_CHANNEL)
@@ -300,9 +297,7 @@ class CommRuntime:
 
     def run_uncached(self, call: CallPlan, sendbuf, recvbuf) -> None:
         """A blocking call whose buffers are temporary: parse, bind, run, free (nothing cached)."""
-        send, recv = self.parse_uncached(call.collective, sendbuf, recvbuf)
-        sizes = self.run_size_pass(call, send) if call.size_pass else None
-        self._run_once(call, self.bind(call, send, recv, sizes))
+        self._run_once(call, self._bound_uncached(call, sendbuf, recvbuf))
 
     def _run_once(self, call: CallPlan, schedule) -> None:
         executor = call.executor(self.private, schedule, BLOCKING_CHANNEL)
@@ -334,7 +329,7 @@ class CommRuntime:
                 channels.release_nonblocking(channel, request)
                 executor.free()
         else:
-            key = (call, layout)
+            key = _call_key(call, layout, None)
             pool = self._idle.recall(key)
             executor = pool.pop(channel, None) if pool is not None else None
             if executor is None:
@@ -357,7 +352,7 @@ class CommRuntime:
             if call.rebind:
                 schedule = self.bind(call, send, recv, sizes)
             else:
-                schedule = self._schedule(call, send, recv, (call, layout, tuple(sizes.values())), sizes)
+                schedule = self._schedule(call, send, recv, _call_key(call, layout, sizes), sizes)
             executor = call.executor(self.private, schedule, channel)
             try:
                 yield from executor.steps
@@ -420,6 +415,11 @@ class CommRuntime:
         self._call_plans.clear()
         if self.private != MPI.COMM_NULL:
             self.private.Free()
+
+
+def _call_key(call: CallPlan, layout: int, sizes) -> tuple:
+    """The cache key of a call: its CallPlan, its layout number and the sizes of its size pass."""
+    return (call, layout) if sizes is None else (call, layout, tuple(sizes.values()))
 
 
 def _plain(comm: MPI.Comm) -> MPI.Comm:

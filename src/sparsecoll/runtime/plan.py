@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from .. import algorithms, execute
+from ..model.choice import explain_choice
 from ..topology.cartesian import GRID_OPTION
 
 
@@ -30,6 +31,14 @@ class Plan:
         object.__setattr__(self, "key", (self.algorithm, shaping, self.executor))
         runs_library = self.algorithm != algorithms.AUTO and algorithms.get(self.algorithm).runs_library
         object.__setattr__(self, "native", runs_library)
+
+
+def explain_plan(plan: Plan, topology, family: str) -> dict:
+    """The algorithm ``plan`` runs for ``family`` on ``topology``, with reasons (local; ``auto``
+    asks the model, from arguments every rank shares)."""
+    if plan.algorithm == algorithms.AUTO:
+        return explain_choice(topology, family, dict(plan.options))
+    return {"algorithm": plan.algorithm}
 
 
 def make_plan(algorithm: str, options: dict, rebind: bool, size: int,

@@ -304,13 +304,8 @@ class ScheduleRequest:
 
 def wait_for_messages(request: ScheduleRequest) -> None:
     """Block until ``request``'s messages are complete without completing it for its owner."""
-    if request._current is None:
-        return
-    with ENGINE.lock:
-        if request._single is not None and request not in ENGINE.pending and not ENGINE.pending:
-            _Waitall(request._current)
-            request._current = None
-        else:
+    if request._current is not None:
+        with ENGINE.lock:
             ENGINE.wait(request)
 
 
