@@ -19,11 +19,9 @@ from sparsecoll.algorithms import get
 from sparsecoll.algorithms.cartesian import (
     allgather_schedule,
     alltoall_schedule,
-    auto_choice,
     combining_pattern,
     trivial_pattern,
 )
-from sparsecoll.model.choice import explain_choice
 from sparsecoll.pattern import stats
 from sparsecoll.tools.cartesian_table import FIGURE2_OFFSETS, PAPER_TABLE1, table1_row
 from sparsecoll.tools.cli import main
@@ -163,24 +161,9 @@ def test_periodic_wraparound_merges_rounds():
     assert numbers["sends"] == 2 and numbers["send_items"] == 3
 
 
-def test_auto_choice_follows_the_hockney_conditions():
-    topology = offset_topology(Grid((4, 4), (True, True)), 0, NINE_POINT)
-    alpha, beta = 1e-6, 1e-9
-    cutoff = (alpha / beta) * (8 - 4) / (12 - 8)
-    small = auto_choice(topology, "alltoall", {"alpha": alpha, "beta": beta, "block_bytes": cutoff * 0.9})
-    large = auto_choice(topology, "alltoall", {"alpha": alpha, "beta": beta, "block_bytes": cutoff * 1.1})
-    assert small["cutoff_bytes"] == pytest.approx(cutoff)
-    assert (small["algorithm"], large["algorithm"]) == ("cartesian", "direct")
-    # Allgather volume equals t here, so combining wins at every block size.
-    huge = auto_choice(topology, "allgather", {"alpha": alpha, "beta": beta, "block_bytes": 1e9})
-    assert huge["algorithm"] == "cartesian"
-    assert explain_choice(topology, "alltoall", {"block_bytes": 8})["algorithm"] == "cartesian"
-
-
-def test_auto_choice_on_non_cartesian_topology_is_direct():
+def test_cartesian_algorithms_need_an_isomorphic_neighborhood():
     from sparsecoll.topology import graph_topology
     topology = graph_topology(0, 2, [1], [1])
-    assert explain_choice(topology, "alltoall", {})["algorithm"] == "direct"
     assert get("cartesian").unsupported_reason(topology, "alltoall").startswith("Cartesian algorithms need")
 
 

@@ -73,9 +73,8 @@ def test_plan_keys_hold_every_option_by_value():
 
 
 @pytest.mark.parametrize("algorithm, options, error, name", [
-    ("cartesian", {"alpha": "x"}, TypeError, "alpha"),
-    ("cartesian", {"beta": -1.0}, ValueError, "beta"),
-    ("auto", {"block_bytes": float("nan")}, ValueError, "block_bytes"),
+    ("cartesian", {"alpha": 1e-6}, TypeError, "unknown option"),
+    ("auto", {"theta": float("nan")}, TypeError, "theta"),
     ("distance_halving", {"ranks_per_socket": 0}, ValueError, "ranks_per_socket"),
     ("distance_halving", {"ranks_per_socket": 9}, ValueError, "ranks_per_socket"),
     ("common_neighbor", {"theta": 1.5}, TypeError, "theta"),

@@ -25,11 +25,15 @@ from mpi4py import MPI
 from .buffers import parse_simple
 from .checks import is_integer
 from .pattern import family_of
-from .runtime import CallPlan, CommRuntime, Plan, existing_runtime, make_plan, runtime_of
-from .runtime.plan import explain_plan
+from .runtime import CommRuntime, Plan, existing_runtime, make_plan, runtime_of
 from .topology import PROC_NULL, Topology, from_comm
 from .topology import cartesian as cartesian_topology
 from .topology.cartesian import Grid, check_offsets, grid_of
+
+#: The mpi4py method name of each collective and form.
+METHOD_NAMES = {collective: {"blocking": f"Neighbor_{collective}", "nonblocking": f"Ineighbor_{collective}",
+                             "persistent": f"Neighbor_{collective}_init"}
+                for collective in ("allgather", "allgatherv", "allgatherw", "alltoall", "alltoallv", "alltoallw")}
 
 
 class NeighborhoodMixin:
@@ -69,19 +73,26 @@ class NeighborhoodMixin:
             return runtime.topology
         return self._sc_topology if self._sc_topology is not None else from_comm(self)
 
-    def resolved_algorithm(self, collective: str) -> str:
-        """The algorithm that runs ``collective`` (``"auto"`` resolved per family; local)."""
-        family = family_of(collective)
-        runtime = self._sc_runtime
-        if runtime is not None:
-            return runtime.resolve(self._sc_plan, family)
-        return explain_plan(self._sc_plan, self.topology, family)["algorithm"]
+    def resolved_algorithm(self, collective: str, block_bytes: int = 8, form: str = "blocking") -> str:
+        """The algorithm a call of ``collective`` runs (local). ``auto``: for a call of ``form`` with
+        blocks of ``block_bytes`` bytes, once the first call of ``collective`` has decided (else RuntimeError)."""
+        family_of(collective)
+        if not self._sc_plan.auto:
+            return self._sc_plan.algorithm
+        return self.plan_stats(collective, block_bytes=block_bytes, form=form)["algorithm"]
 
     def pattern(self, collective: str):
-        """This rank's Pattern for ``collective``'s family (collective: call it on every rank)."""
-        return self._sc_attach().pattern(self._sc_plan, collective)
+        """This rank's Pattern for ``collective``'s family (collective: call it on every rank).
 
-    def plan_stats(self, collective: str) -> dict:
+        ``auto``: the Pattern of the algorithm an 8-byte blocking call runs (after the first call)."""
+        plan = self._sc_plan
+        if plan.auto:
+            plan = plan.resolved(self.resolved_algorithm(collective))
+            if plan.native:
+                plan = plan.resolved("direct")  # the one-step pattern the library runs
+        return self._sc_attach().pattern(plan, collective)
+
+    def plan_stats(self, collective: str, *, block_bytes: int = 8, form: str = "blocking") -> dict:
         """Deterministic numbers of this rank's schedule for ``collective``'s family; never communicates.
 
         Keys: ``algorithm``, ``family``, ``steps``, ``sends``, ``recvs``, ``send_items``,
@@ -89,14 +100,16 @@ class NeighborhoodMixin:
         adds. For ``native`` the numbers are those of the one-step pattern MPI libraries
         use. Algorithms that build their pattern by a protocol report it only once a
         collective call (or :meth:`pattern` on every rank) built it; before that this raises
-        RuntimeError naming the call to make.
+        RuntimeError naming the call to make. ``auto`` reports the algorithm a call of
+        ``form`` with blocks of ``block_bytes`` bytes runs, and under ``"auto"`` the candidates
+        considered, each one's predicted time, the profile, and why the winner won.
         """
         family_of(collective)
         runtime = self._sc_runtime
         if runtime is None:
             raise RuntimeError(f"plan_stats({collective!r}): nothing was built on this communicator yet; "
                                f"call Neighbor_{collective} on every rank first")
-        return runtime.plan_stats(self._sc_plan, collective)
+        return runtime.plan_stats(self._sc_plan, collective, form, block_bytes)
 
     @property
     def schedules_bound(self) -> int:
@@ -115,17 +128,39 @@ class NeighborhoodMixin:
             runtime = self._sc_runtime = runtime_of(self, self._sc_topology)
         return runtime
 
-    def _sc_prepare(self, collective: str) -> CallPlan:
-        """The runtime's plan for ``collective`` (collective the first time on the handle).
+    def _sc_prepare(self, collective: str, sendbuf=None, recvbuf=None):
+        """What runs ``collective`` (collective the first time on the handle): the runtime's CallPlan,
+        or for ``auto`` the collective's dispatch, made from this first call's arguments.
 
-        Kept in the wrapper's ``_sc_calls`` as a shortcut; the runtime decides what the
-        plan is, from the wrapper's Plan alone, so a shortcut hit or miss changes nothing.
+        Kept in the wrapper's ``_sc_calls`` as a shortcut; the runtime decides what it is from
+        the wrapper's Plan and agreed numbers alone, so a shortcut hit or miss changes nothing.
+        Forms that ``auto`` sends to the library for every call get the library's method as
+        an attribute of this wrapper, so their calls run no sparsecoll code at all.
         """
         calls = self.__dict__.get("_sc_calls")
         if calls is None:
             calls = self.__dict__["_sc_calls"] = {}
-        call = calls[collective] = self._sc_attach().call_plan(self._sc_plan, collective)
+        runtime = self._sc_attach()
+        if not self._sc_plan.auto:
+            call = calls[collective] = runtime.call_plan(self._sc_plan, collective)
+            return call
+        library = self._sc_library_methods(collective)
+        call = calls[collective] = runtime.auto_dispatch(self._sc_plan, collective, library, sendbuf, recvbuf)
+        for form in call.native_forms():
+            name = METHOD_NAMES[collective][form]
+            if hasattr(MPI.Topocomm, name):
+                self.__dict__[name] = getattr(super(), name)
         return call
+
+    def _sc_library_methods(self, collective: str) -> dict:
+        """The library's own method per form for ``collective`` (what ``native`` calls)."""
+        library = super()
+        if collective == "allgatherw":
+            as_w = self._allgatherw_as_alltoallw
+            return {"blocking": lambda s, r: library.Neighbor_alltoallw(*as_w(s, r)),
+                    "nonblocking": lambda s, r: library.Ineighbor_alltoallw(*as_w(s, r)),
+                    "persistent": lambda s, r, info: library.Neighbor_alltoallw_init(*as_w(s, r), info)}
+        return {form: getattr(library, name) for form, name in METHOD_NAMES[collective].items()}
 
     def _sc_adopt(self, new, *, attach: bool = True):
         """Wrap a communicator made from this one (Dup, Clone, Idup) with the same plan.
@@ -143,106 +178,106 @@ class NeighborhoodMixin:
         """Blocking neighborhood allgather: gather one block from every in-neighbor (receive block i from source i)."""
         if self._sc_plan.native:
             return super().Neighbor_allgather(sendbuf, recvbuf)
-        call = self._sc_calls.get("allgather") or self._sc_prepare("allgather")
+        call = self._sc_calls.get("allgather") or self._sc_prepare("allgather", sendbuf, recvbuf)
         call.runtime.blocking(call, sendbuf, recvbuf)
 
     def Ineighbor_allgather(self, sendbuf, recvbuf):
         """Nonblocking neighborhood allgather; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_allgather(sendbuf, recvbuf)
-        call = self._sc_calls.get("allgather") or self._sc_prepare("allgather")
+        call = self._sc_calls.get("allgather") or self._sc_prepare("allgather", sendbuf, recvbuf)
         return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood allgather: a request to Start and Wait repeatedly (``info``: for native)."""
         if self._sc_plan.native:
             return super().Neighbor_allgather_init(sendbuf, recvbuf, info)
-        call = self._sc_calls.get("allgather") or self._sc_prepare("allgather")
-        return call.runtime.persistent(call, sendbuf, recvbuf)
+        call = self._sc_calls.get("allgather") or self._sc_prepare("allgather", sendbuf, recvbuf)
+        return call.runtime.persistent(call, sendbuf, recvbuf, info)
 
     def Neighbor_allgatherv(self, sendbuf, recvbuf) -> None:
         """Blocking neighborhood allgatherv: allgather with a count and displacement per receive block."""
         if self._sc_plan.native:
             return super().Neighbor_allgatherv(sendbuf, recvbuf)
-        call = self._sc_calls.get("allgatherv") or self._sc_prepare("allgatherv")
+        call = self._sc_calls.get("allgatherv") or self._sc_prepare("allgatherv", sendbuf, recvbuf)
         call.runtime.blocking(call, sendbuf, recvbuf)
 
     def Ineighbor_allgatherv(self, sendbuf, recvbuf):
         """Nonblocking neighborhood allgatherv; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_allgatherv(sendbuf, recvbuf)
-        call = self._sc_calls.get("allgatherv") or self._sc_prepare("allgatherv")
+        call = self._sc_calls.get("allgatherv") or self._sc_prepare("allgatherv", sendbuf, recvbuf)
         return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood allgatherv: a request to Start and Wait repeatedly (``info``: for native)."""
         if self._sc_plan.native:
             return super().Neighbor_allgatherv_init(sendbuf, recvbuf, info)
-        call = self._sc_calls.get("allgatherv") or self._sc_prepare("allgatherv")
-        return call.runtime.persistent(call, sendbuf, recvbuf)
+        call = self._sc_calls.get("allgatherv") or self._sc_prepare("allgatherv", sendbuf, recvbuf)
+        return call.runtime.persistent(call, sendbuf, recvbuf, info)
 
     def Neighbor_alltoall(self, sendbuf, recvbuf) -> None:
         """Blocking neighborhood alltoall: send block k to out-neighbor k, receive block i from in-neighbor i."""
         if self._sc_plan.native:
             return super().Neighbor_alltoall(sendbuf, recvbuf)
-        call = self._sc_calls.get("alltoall") or self._sc_prepare("alltoall")
+        call = self._sc_calls.get("alltoall") or self._sc_prepare("alltoall", sendbuf, recvbuf)
         call.runtime.blocking(call, sendbuf, recvbuf)
 
     def Ineighbor_alltoall(self, sendbuf, recvbuf):
         """Nonblocking neighborhood alltoall; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_alltoall(sendbuf, recvbuf)
-        call = self._sc_calls.get("alltoall") or self._sc_prepare("alltoall")
+        call = self._sc_calls.get("alltoall") or self._sc_prepare("alltoall", sendbuf, recvbuf)
         return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood alltoall: a request to Start and Wait repeatedly (``info``: for native)."""
         if self._sc_plan.native:
             return super().Neighbor_alltoall_init(sendbuf, recvbuf, info)
-        call = self._sc_calls.get("alltoall") or self._sc_prepare("alltoall")
-        return call.runtime.persistent(call, sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoall") or self._sc_prepare("alltoall", sendbuf, recvbuf)
+        return call.runtime.persistent(call, sendbuf, recvbuf, info)
 
     def Neighbor_alltoallv(self, sendbuf, recvbuf) -> None:
         """Blocking neighborhood alltoallv: alltoall with counts and displacements per block."""
         if self._sc_plan.native:
             return super().Neighbor_alltoallv(sendbuf, recvbuf)
-        call = self._sc_calls.get("alltoallv") or self._sc_prepare("alltoallv")
+        call = self._sc_calls.get("alltoallv") or self._sc_prepare("alltoallv", sendbuf, recvbuf)
         call.runtime.blocking(call, sendbuf, recvbuf)
 
     def Ineighbor_alltoallv(self, sendbuf, recvbuf):
         """Nonblocking neighborhood alltoallv; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_alltoallv(sendbuf, recvbuf)
-        call = self._sc_calls.get("alltoallv") or self._sc_prepare("alltoallv")
+        call = self._sc_calls.get("alltoallv") or self._sc_prepare("alltoallv", sendbuf, recvbuf)
         return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_alltoallv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood alltoallv: a request to Start and Wait repeatedly (``info``: for native)."""
         if self._sc_plan.native:
             return super().Neighbor_alltoallv_init(sendbuf, recvbuf, info)
-        call = self._sc_calls.get("alltoallv") or self._sc_prepare("alltoallv")
-        return call.runtime.persistent(call, sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoallv") or self._sc_prepare("alltoallv", sendbuf, recvbuf)
+        return call.runtime.persistent(call, sendbuf, recvbuf, info)
 
     def Neighbor_alltoallw(self, sendbuf, recvbuf) -> None:
         """Blocking neighborhood alltoallw: alltoall with counts, byte displacements and datatypes per block."""
         if self._sc_plan.native:
             return super().Neighbor_alltoallw(sendbuf, recvbuf)
-        call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw")
+        call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw", sendbuf, recvbuf)
         call.runtime.blocking(call, sendbuf, recvbuf)
 
     def Ineighbor_alltoallw(self, sendbuf, recvbuf):
         """Nonblocking neighborhood alltoallw; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_alltoallw(sendbuf, recvbuf)
-        call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw")
+        call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw", sendbuf, recvbuf)
         return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_alltoallw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood alltoallw: a request to Start and Wait repeatedly (``info``: for native)."""
         if self._sc_plan.native:
             return super().Neighbor_alltoallw_init(sendbuf, recvbuf, info)
-        call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw")
-        return call.runtime.persistent(call, sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw", sendbuf, recvbuf)
+        return call.runtime.persistent(call, sendbuf, recvbuf, info)
 
 
     def Neighbor_allgatherw(self, sendbuf, recvbuf) -> None:
@@ -250,22 +285,22 @@ class NeighborhoodMixin:
         receive block (not in MPI; proposed by Träff and Hunold, ICPP 2019; recvbuf takes the W forms)."""
         if self._sc_plan.native:
             return super().Neighbor_alltoallw(*self._allgatherw_as_alltoallw(sendbuf, recvbuf))
-        call = self._sc_calls.get("allgatherw") or self._sc_prepare("allgatherw")
+        call = self._sc_calls.get("allgatherw") or self._sc_prepare("allgatherw", sendbuf, recvbuf)
         call.runtime.blocking(call, sendbuf, recvbuf)
 
     def Ineighbor_allgatherw(self, sendbuf, recvbuf):
         """Nonblocking neighborhood allgatherw; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_alltoallw(*self._allgatherw_as_alltoallw(sendbuf, recvbuf))
-        call = self._sc_calls.get("allgatherw") or self._sc_prepare("allgatherw")
+        call = self._sc_calls.get("allgatherw") or self._sc_prepare("allgatherw", sendbuf, recvbuf)
         return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_allgatherw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood allgatherw: a request to Start and Wait repeatedly (``info``: for native)."""
         if self._sc_plan.native:
             return super().Neighbor_alltoallw_init(*self._allgatherw_as_alltoallw(sendbuf, recvbuf), info)
-        call = self._sc_calls.get("allgatherw") or self._sc_prepare("allgatherw")
-        return call.runtime.persistent(call, sendbuf, recvbuf)
+        call = self._sc_calls.get("allgatherw") or self._sc_prepare("allgatherw", sendbuf, recvbuf)
+        return call.runtime.persistent(call, sendbuf, recvbuf, info)
 
     def _allgatherw_as_alltoallw(self, sendbuf, recvbuf):
         """MPI has no allgatherw: express it as alltoallw with every send block at displacement 0."""
@@ -277,7 +312,7 @@ class NeighborhoodMixin:
     # -- pickle-based -------------------------------------------------------------------------
     def neighbor_allgather(self, sendobj):
         """Gather a picklable object from every in-neighbor (None for PROC_NULL)."""
-        if self._sc_plan.native:
+        if self._sc_plan.native or self._sc_plan.auto:  # auto: the library's, whose two-phase exchange it is
             return super().neighbor_allgather(sendobj)
         runtime = self._sc_attach()
         topology = runtime.topology
@@ -294,7 +329,7 @@ class NeighborhoodMixin:
 
     def neighbor_alltoall(self, sendobj):
         """Send picklable object k to out-neighbor k; return one object per in-neighbor."""
-        if self._sc_plan.native:
+        if self._sc_plan.native or self._sc_plan.auto:
             return super().neighbor_alltoall(sendobj)
         runtime = self._sc_attach()
         topology = runtime.topology
@@ -417,7 +452,7 @@ _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgrap
 
 
 def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, rebind: bool = False,
-         executor: str = "steps", **options):
+         executor: str = "steps", profile=None, verify_choice: bool = False, **options):
     """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll.
 
     Collective over ``comm`` the first time a handle is wrapped (it duplicates the
@@ -433,6 +468,16 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     instead of caching it (the non-persistent mode of the HiPC 2017 paper's
     evaluation); ``*_init`` requests always bind once. ``executor`` names the executor
     that runs the schedules (:data:`sparsecoll.execute.EXECUTORS`).
+
+    ``"auto"`` (:mod:`sparsecoll.runtime.auto`) runs, per collective, form and block size,
+    the candidate the cost model predicts fastest, the library's own call (``native``)
+    included; its ``profile`` is a path or a :class:`sparsecoll.model.profile.Profile`
+    (default: ``$SPARSECOLL_PROFILE``, else this host's ``sparsecoll calibrate`` profile,
+    else a conservative built-in one), read here, so a bad file raises here;
+    ``verify_choice=True`` times the first blocking calls against ``native`` and switches
+    back where the choice loses. auto asks, as MPI libraries do when they pick a collective
+    algorithm by message size, that a regular call (allgather, alltoall) passes the same
+    block size on every rank; where the first call does not, it decides once for all calls.
     """
     wrapper_class = next((wrapper for mpi_class, wrapper in _WRAPPERS if isinstance(comm, mpi_class)), None)
     if wrapper_class is None:
@@ -440,7 +485,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
                         f"Distgraphcomm), got {type(comm).__name__}")
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
-    plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor)
+    plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice)
     if isinstance(comm, NeighborhoodMixin):
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
     runtime = existing_runtime(comm)

@@ -752,8 +752,7 @@ def test_plan_stats_is_local(algorithm):
 CASE7_COMMS = {
     "graph-common_neighbor": (lambda: sparsecoll.wrap(complete_graph(), "common_neighbor", theta=1),
                               "common_neighbor", {"theta": 1}),
-    "moore-cartesian": (lambda: moore_neighborhood(algorithm="cartesian", block_bytes=64),
-                        "cartesian", {"block_bytes": 64}),
+    "moore-cartesian": (lambda: moore_neighborhood(algorithm="cartesian"), "cartesian", {}),
 }
 
 
@@ -903,9 +902,12 @@ def test_bad_options_raise_at_wrap_time():
     try:
         expect_error(failures, "ranks_per_socket=0", ValueError, "ranks_per_socket",
                      lambda: sparsecoll.wrap(raw, "distance_halving", ranks_per_socket=0))
-        expect_error(failures, 'alpha="x"', TypeError, "alpha", lambda: sparsecoll.wrap(cart, "cartesian", alpha="x"))
-        expect_error(failures, "alpha=-1.0", ValueError, "alpha",
-                     lambda: sparsecoll.wrap(cart, "cartesian", alpha=-1.0))
+        expect_error(failures, "theta=2 for cartesian", TypeError, "theta",
+                     lambda: sparsecoll.wrap(cart, "cartesian", theta=2))
+        expect_error(failures, "a missing profile file", ValueError, "no-such-profile.json",
+                     lambda: sparsecoll.wrap(cart, profile="no-such-profile.json"))
+        expect_error(failures, "verify_choice=1", TypeError, "verify_choice",
+                     lambda: sparsecoll.wrap(cart, verify_choice=1))
     except Exception as exc:  # noqa: BLE001
         failures.append(describe(exc))
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import numpy
 import pytest
 from mpi4py import MPI
 
@@ -119,7 +120,9 @@ def test_detection_of_isomorphic_dist_graph(periods):
         comm = sparsecoll.wrap(graph, "auto", grid=cart)
         assert isinstance(comm, sparsecoll.CartNeighborhoodComm)
         assert comm.topology.offsets is not None
-        assert comm.plan_stats("alltoall")["auto"]["combining_rounds"] <= 6
+        send = numpy.arange(comm.topology.outdegree, dtype="f8")
+        comm.Neighbor_alltoall(send, numpy.zeros(comm.topology.indegree))
+        assert "cartesian" in comm.plan_stats("alltoall")["auto"]["predicted_seconds"]
         _agree(check_topology(MPI.Distgraphcomm(graph), only=CARTESIAN_ALGORITHMS))
     finally:
         graph.Free()
@@ -139,7 +142,9 @@ def test_detection_rejects_other_graphs():
             assert "not translations" in comm.topology.extra["cartesian"]
             with pytest.raises(NotImplementedError, match="not translations"):
                 sparsecoll.wrap(graph, "cartesian").Neighbor_alltoall([bytearray(8), MPI.INT], [bytearray(8), MPI.INT])
-            assert comm.plan_stats("alltoall")["algorithm"] == "direct"
+            topology = comm.topology
+            comm.Neighbor_alltoall(numpy.zeros(topology.outdegree, "i4"), numpy.zeros(topology.indegree, "i4"))
+            assert "cartesian" not in comm.plan_stats("alltoall")["auto"]["predicted_seconds"]
     finally:
         graph.Free()
 
@@ -262,17 +267,27 @@ def test_detection_refuses_mpi_cartesian_communicators():
         cart.Free()
 
 
-def test_calibrated_hockney_parameters_drive_auto():
-    from sparsecoll.model.calibrate import fit_hockney, ping_pong
-    if WORLD.Get_size() < 2:
-        pytest.skip("the ping-pong needs two ranks")
-    sizes = (8, 4096, 65536)
-    alpha, beta = fit_hockney(sizes, ping_pong(WORLD, sizes, reps=5))
+def test_a_profile_that_favours_few_messages_makes_auto_combine():
+    """On the 9-point torus, a profile with a costly message and a free step makes auto pick
+    ``cartesian`` at small blocks (fewer messages), and the same on every rank."""
+    from sparsecoll.model.profile import BUILTIN, Load, Profile
+    base = BUILTIN.loads[0]
+    levels = {name: {**values, "overhead": 50e-6} for name, values in base.levels.items()}
+    costly_messages = Profile((Load(1.0, levels, base.sparsecoll_per_call, 0.0, base.native_per_call),),
+                              source="unit test")
     comm = _create("9pt_2d_torus")
     try:
-        calibrated = sparsecoll.wrap(comm, "auto", alpha=alpha, beta=beta, block_bytes=4)
-        choice = calibrated.plan_stats("alltoall")["auto"]
-        assert (choice["alpha"], choice["beta"]) == (alpha, beta)
-        assert WORLD.allgather(choice["algorithm"]) == [choice["algorithm"]] * WORLD.Get_size()
+        auto = sparsecoll.wrap(comm, "auto", profile=costly_messages, theta=64)  # no common-neighbor friends
+        send = numpy.arange(auto.topology.outdegree, dtype="f8")
+        recv = numpy.zeros(auto.topology.indegree)
+        auto.Neighbor_alltoall(send, recv)
+        expected = numpy.zeros_like(recv)
+        MPI.Distgraphcomm(comm).Neighbor_alltoall(send, expected)
+        assert numpy.array_equal(recv, expected)
+        choice = auto.plan_stats("alltoall", block_bytes=8)["algorithm"]
+        assert choice in CARTESIAN_ALGORITHMS  # on 1 to 3 ranks both send nothing but to themselves
+        if WORLD.Get_size() >= 4:
+            assert choice == "cartesian"
+        assert WORLD.allgather(choice) == [choice] * WORLD.Get_size()
     finally:
         comm.Free()

@@ -28,21 +28,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from functools import lru_cache
 
-from ..checks import nonnegative_number
 from ..pattern import ALLTOALL, Message, Pattern, Step, gather_item, personal_item
 from ..topology import PROC_NULL, Topology
 from ..topology.cartesian import GRID_OPTION, Grid, grid_of, is_cartesian, routes
 from .base import Algorithm
 
 PAPER = "Träff and Hunold, Cartesian Collective Communication, ICPP 2019"
-
-#: Hockney model defaults for ``algorithm="auto"``: latency (s), time per byte (s), block size (bytes).
-DEFAULT_ALPHA = 1e-6
-DEFAULT_BETA = 1e-10
-DEFAULT_BLOCK_BYTES = 8
-
 
 @dataclass(frozen=True)
 class Round:
@@ -252,15 +244,7 @@ def unsupported(topology: Topology) -> str | None:
             f"sparsecoll.cart_neighborhood_create, or wrap a distributed graph with {GRID_OPTION}=(dims, periods)")
 
 
-OPTIONS = {GRID_OPTION: None, "alpha": DEFAULT_ALPHA, "beta": DEFAULT_BETA, "block_bytes": DEFAULT_BLOCK_BYTES}
-
-
-def check_options(options: dict, size: int) -> dict:
-    """Registry hook: the Hockney parameters of the automatic choice are non-negative numbers."""
-    checked = dict(options)
-    for name in ("alpha", "beta", "block_bytes"):
-        checked[name] = nonnegative_number(options.get(name, OPTIONS[name]), name)
-    return checked
+OPTIONS = {GRID_OPTION: None}
 
 
 def _build_combining(topology: Topology, comm, options: dict, family: str) -> Pattern:
@@ -273,51 +257,14 @@ def _build_trivial(topology: Topology, comm, options: dict, family: str) -> Patt
     return trivial_pattern(topology, family)
 
 
-# -- automatic choice (Hockney model, section 3.1) ----------------------------------------------
-
-@lru_cache(maxsize=256)
-def _counts(offsets: tuple, dims: tuple, periods: tuple, family: str) -> tuple:
-    """(trivial rounds t, combining rounds C, combining volume V) on a grid."""
-    grid = Grid(dims, periods)
-    canonical = [offset for offset, _ in routes(grid, offsets)]
-    zero = (0,) * len(dims)
-    t = sum(1 for offset in canonical if offset != zero)
-    schedule = combining_schedule(family, canonical, len(dims))
-    return t, schedule.rounds, schedule.volume
-
-
-def auto_choice(topology: Topology, family: str, options: dict) -> dict:
-    """Hockney-model choice between message combining and one message per neighbor.
-
-    Combining wins when ``C*alpha + beta*V*m < t*(alpha + beta*m)`` (for alltoall:
-    ``m < (alpha/beta)(t - C)/(V - t)``), with ``m = block_bytes``. The non-combining side
-    runs as ``direct``: the same ``t`` messages as the trivial algorithm, posted at once.
-    Measured parameters: ``sparsecoll calibrate`` (:mod:`sparsecoll.model.calibrate`).
-    """
-    alpha = float(options.get("alpha", DEFAULT_ALPHA))
-    beta = float(options.get("beta", DEFAULT_BETA))
-    m = float(options.get("block_bytes", DEFAULT_BLOCK_BYTES))
-    dims, periods, _ = topology.cart
-    t, c, v = _counts(tuple(topology.offsets), tuple(dims), tuple(periods), family)
-    combining = c * alpha + beta * v * m
-    trivial = t * (alpha + beta * m)
-    cutoff = None
-    if v > t:
-        cutoff = (alpha / beta) * (t - c) / (v - t) if beta > 0 else float("inf")
-    return {"algorithm": "cartesian" if combining < trivial else "direct",
-            "model": "hockney", "alpha": alpha, "beta": beta, "block_bytes": m,
-            "trivial_rounds": t, "combining_rounds": c, "combining_volume": v,
-            "cutoff_bytes": cutoff, "predicted_combining_s": combining, "predicted_trivial_s": trivial}
-
-
 TRIVIAL = Algorithm(
     name="cartesian_trivial",
     summary="Cartesian neighborhoods: one send-receive round per offset (Träff-Hunold Listing 4)",
-    build=_build_trivial, paper=PAPER, supports=unsupported, options=OPTIONS, check=check_options,
+    build=_build_trivial, paper=PAPER, supports=unsupported, options=OPTIONS,
 )
 
 COMBINING = Algorithm(
     name="cartesian",
     summary="Cartesian neighborhoods: dimension-wise message combining (Träff-Hunold Algorithms 1, 2)",
-    build=_build_combining, paper=PAPER, supports=unsupported, options=OPTIONS, check=check_options,
+    build=_build_combining, paper=PAPER, supports=unsupported, options=OPTIONS,
 )

@@ -148,3 +148,58 @@ def fit_loggp_bursts(counts, count_seconds, sizes, size_seconds, smallest: int) 
     g = max(float(per_message) - mm * G, 0.0)
     L = max(float(at_one) - mm * G, 0.0)
     return {"L": L, "o": 0.0, "g": g, "G": G}
+
+
+# -- the profile of ``algorithm="auto"`` (:mod:`sparsecoll.model.profile`) ---------------------------
+
+#: Blocks of the profile measurement: a small one (per-call and per-message costs) and a large one (beta).
+PROFILE_SMALL, PROFILE_LARGE = 8, 65536
+#: Messages per rank of the many-message variants (``k`` edges to the ring neighbors).
+PROFILE_EDGES = 4
+
+
+def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_beta: float,
+                     one_way: float, trivial_steps: int, base) -> object:
+    """A profile :class:`~sparsecoll.model.profile.Load` from the calibration's medians.
+
+    ``times[(variant, form, edges, block)]`` is the median over repetitions of the maximum
+    over ranks of one call, ``variant`` one of ``native``, ``direct``, ``trivial`` (the
+    ``cartesian_trivial`` schedule: ``trivial_steps`` rounds of one message). With ``o`` the
+    per-message overhead, ``beta`` the time per byte, ``alpha`` the latency:
+
+    * ``o``: native, ``k`` edges against one, 8 B: ``(T_k - T_1) / (2 (k-1))`` (``k-1`` more
+      sends and as many more receives);
+    * ``beta``: native, one edge, 64 KiB against 8 B, per byte sent and received;
+    * ``alpha``: the one-way time of an 8 B ping-pong less two overheads;
+    * ``per_step``: ``cartesian_trivial`` against ``direct`` with the same ``k`` messages:
+      ``(T_trivial - T_direct) / (steps - 1) - alpha``;
+    * ``per_call[form]``: the one-edge 8 B call less what the model charges its one step.
+
+    The measured pair is ``pair_level`` (the ring neighbors' placement level); levels
+    further out keep ``base``'s parameters where they are larger (they cannot be measured
+    on one node), nearer ones take the measured values; ``self`` copies at ``copy_beta``.
+    All values are clipped at 0.
+    """
+    from .profile import FORMS, LEVELS, Load
+
+    k = PROFILE_EDGES
+    small, large = PROFILE_SMALL, PROFILE_LARGE
+    overhead = max((times[("native", "blocking", k, small)] - times[("native", "blocking", 1, small)]) / (2 * (k - 1)),
+                   0.0)
+    beta = max((times[("native", "blocking", 1, large)] - times[("native", "blocking", 1, small)])
+               / (2 * (large - small)), 0.0)
+    alpha = max(one_way - 2 * overhead - small * beta, 0.0)
+    one_message = alpha + 2 * (overhead + small * beta)
+    per_step = max((times[("trivial", "blocking", k, small)] - times[("direct", "blocking", k, small)])
+                   / max(trivial_steps - 1, 1) - alpha, 0.0)
+    native = {form: max(times[("native", form, 1, small)] - one_message, 0.0) for form in FORMS}
+    ours = {form: max(times[("direct", form, 1, small)] - one_message - per_step, 0.0) for form in FORMS}
+    measured = {"alpha": alpha, "beta": beta, "overhead": overhead}
+    levels = {"self": {"alpha": 0.0, "beta": copy_beta, "overhead": overhead}}
+    position = LEVELS.index(pair_level)
+    for i, level in enumerate(LEVELS[1:], start=1):
+        if i <= position:
+            levels[level] = dict(measured)
+        else:
+            levels[level] = {name: max(value, base.levels[level][name]) for name, value in measured.items()}
+    return Load(ranks_per_core, levels, ours, per_step, native)

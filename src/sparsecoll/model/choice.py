@@ -1,24 +1,206 @@
-"""The choice of ``algorithm="auto"``: which registered algorithm runs a collective family.
+"""What ``algorithm="auto"`` runs: every candidate's predicted time, from its Pattern and a profile.
 
-Decided from the Topology and the wrapper's options alone, so every rank decides the same
-(Cartesian neighborhoods share their offsets; other topologies take the same branch on every
-rank). Isomorphic (Cartesian) neighborhoods: the Hockney model of Träff and Hunold (ICPP 2019,
-section 3.1) decides between message combining and one message per neighbor
-(:func:`sparsecoll.algorithms.cartesian.auto_choice`); other topologies run ``direct``.
+The model (parameters: :mod:`.profile`) charges one rank's schedule of a call with block
+size ``m`` bytes as
+
+    per_call(form) + sum over steps [ per_step + max alpha + sum over messages (overhead + items * m * beta) ]
+
+where the messages of a step are its sends and its receives (one port, as the Hockney model
+of the 2023 paper's eq. 4 charges a rank both), ``alpha``, ``beta`` and ``overhead`` are those
+of the message's placement level (``self``, ``socket``, ``node``, ``network``), ``per_call`` is
+sparsecoll's (or, for ``native``, the library's) cost of one call of that form, and
+``per_step`` sparsecoll's cost of one scheduling round (``native`` runs one step and pays no
+``per_step``). So a multi-step schedule is charged for what it costs here, and every
+candidate's time is linear in ``m``: ``fixed[form] + per_byte * m`` (:class:`Cost`).
+
+Candidates are every registered algorithm that supports the topology and family, and
+``native`` (the library's call, whose schedule is ``direct``'s one step). Algorithms that
+build their Pattern locally are charged on that Pattern. Those that build it by a
+protocol (``common_neighbor``, ``distance_halving``) are first charged on an *estimate* from
+cheap local statistics (:data:`ESTIMATORS`; their papers' own counts), and on their real
+Pattern once it is built.
+
+The choice is made per form and per block-size class (:func:`size_class`) from the
+**maximum over ranks** of each candidate's time (a collective finishes with its slowest
+rank): the runtime reduces every rank's :func:`local_costs` with one ``MPI.MAX`` allreduce,
+so every rank takes the same decision from the same numbers, whatever its own profile or
+Pattern. A candidate replaces ``native`` only where it is predicted at most
+:data:`NATIVE_MARGIN` times native's time, so model error falls on the library's side.
 """
 
 from __future__ import annotations
 
-from ..algorithms import cartesian
+import math
+from dataclasses import dataclass
+
+import numpy
+
+from .. import algorithms
+from ..pattern import Pattern
+from . import paper2023
+from .profile import FORMS, Load
+
+NATIVE = "native"
+#: Block-size classes: class 0 is 0 bytes, class ``k`` holds sizes in ``[2**(k-1), 2**k)``.
+CLASSES = 32
+#: A candidate must be predicted at most this fraction of native's time to replace it.
+NATIVE_MARGIN = 0.9
 
 
-def explain_choice(topology, family: str, options: dict) -> dict:
-    """The choice of ``"auto"`` with its reasons (``plan_stats`` reports it under ``"auto"``)."""
-    if cartesian.unsupported(topology) is None:
-        return cartesian.auto_choice(topology, family, options)
-    return {"algorithm": "direct"}
+def size_class(nbytes: int) -> int:
+    """The block-size class of ``nbytes`` (0 for 0 bytes, ``k`` for ``[2**(k-1), 2**k)``)."""
+    return min(int(nbytes).bit_length(), CLASSES - 1)
 
 
-def choose(topology, family: str, options: dict) -> str:
-    """The algorithm ``"auto"`` runs for this topology and family."""
-    return explain_choice(topology, family, options)["algorithm"]
+#: The block size each class is predicted at: the geometric middle of its range.
+CLASS_BYTES = numpy.array([0.0] + [2.0 ** (k - 1) * math.sqrt(2.0) for k in range(1, CLASSES)])
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One rank's predicted time of one candidate: ``fixed[form] + per_byte * m`` seconds, and its counts."""
+
+    fixed: tuple  # one per form of FORMS
+    per_byte: float
+    steps: int
+    messages: int
+    estimated: bool = False
+
+    def seconds(self) -> numpy.ndarray:
+        """The time per form (rows) and size class (columns)."""
+        return numpy.asarray(self.fixed)[:, None] + self.per_byte * CLASS_BYTES[None, :]
+
+
+def _level_of(placement, rank: int):
+    """The placement level of a message from ``rank`` to ``peer``."""
+    if placement is None:
+        return lambda peer: "self" if peer == rank else "socket"
+    return lambda peer: "self" if peer == rank else placement.pair_class(rank, peer)
+
+
+def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = False) -> Cost:
+    """One rank's :class:`Cost` of running ``pattern`` (``native``: as the library's call)."""
+    level_of = _level_of(placement, pattern.rank)
+    per_call = load.native_per_call if native else load.sparsecoll_per_call
+    per_step = 0.0 if native else load.sparsecoll_per_step
+    fixed = per_byte = 0.0
+    steps = messages = 0
+    for step in pattern.steps:
+        traffic = list(step.sends) + list(step.recvs)
+        if not traffic:
+            continue
+        steps += 1
+        messages += len(step.sends)
+        latency = 0.0
+        for message in traffic:
+            params = load.levels[level_of(message.peer)]
+            latency = max(latency, params["alpha"])
+            fixed += params["overhead"]
+            per_byte += len(message.items) * params["beta"]
+        fixed += per_step + latency
+    return Cost(tuple(per_call[form] + fixed for form in FORMS), per_byte, steps, messages)
+
+
+def _mean_level(topology, load: Load, placement) -> dict:
+    """The level parameters averaged over this rank's out-neighbors (``socket`` if it has none)."""
+    level_of = _level_of(placement, topology.rank)
+    peers = [p for p in topology.destinations if p >= 0] or [None]
+    levels = [load.levels["socket" if p is None else level_of(p)] for p in peers]
+    return {name: sum(level[name] for level in levels) / len(levels) for name in ("alpha", "beta", "overhead")}
+
+
+def _estimate(load: Load, params: dict, steps: int, sends: float, items: float) -> Cost:
+    """A Cost from counts: ``steps`` rounds, ``sends`` messages (as many received), ``items`` blocks sent."""
+    fixed = steps * (load.sparsecoll_per_step + params["alpha"]) + 2 * sends * params["overhead"]
+    return Cost(tuple(load.sparsecoll_per_call[form] + fixed for form in FORMS), 2 * items * params["beta"],
+                steps, int(round(sends)), estimated=True)
+
+
+def estimate_common_neighbor(topology, family: str, options: dict, load: Load, placement) -> Cost:
+    """Common-neighbor combining (HiPC 2017) on a random graph of this rank's density.
+
+    Two ranks share ``c = d * delta`` out-neighbors in expectation (out-degree ``d``, density
+    ``delta = d / (n-1)``); while ``c >= theta`` a round pairs friends (one exchange) and
+    halves the ``c`` common messages, each then carrying two blocks; the rest go directly.
+    """
+    n, d = topology.size, topology.outdegree
+    delta = min(d / max(n - 1, 1), 1.0)
+    theta = options.get("theta", 4)
+    rounds, sends, items, remaining = 0, 0.0, 0.0, float(d)
+    while n > 2 and remaining > 0 and remaining * delta >= theta:
+        common = remaining * delta
+        rounds += 1
+        exchanged = 1.0 if family == "allgather" else common / 2
+        sends += 1 + common / 2
+        items += exchanged + common
+        remaining -= common
+    sends += remaining
+    items += remaining
+    return _estimate(load, _mean_level(topology, load, placement), 2 * rounds + 1, sends, items)
+
+
+def estimate_distance_halving(topology, family: str, options: dict, load: Load, placement) -> Cost:
+    """Distance halving (Cluster 2023) from the paper's eqs. 1-3 at this rank's density."""
+    n, d = topology.size, topology.outdegree
+    delta = min(d / max(n - 1, 1), 1.0)
+    L = placement.L if placement is not None else n
+    halvings = paper2023.n_off(n, L, delta) if n > L else 0
+    final = paper2023.n_in(n, L, delta)
+    items_final = final * max(delta * final, 1.0)
+    sends = halvings + final
+    items = (2.0 ** (halvings + 1) - 1.0) + items_final
+    return _estimate(load, _mean_level(topology, load, placement), int(halvings) + 1, sends, items)
+
+
+#: Cheap predictions of the algorithms that build their Pattern by a protocol.
+ESTIMATORS = {"common_neighbor": estimate_common_neighbor, "distance_halving": estimate_distance_halving}
+
+
+def candidates(topology, family: str) -> list:
+    """The algorithms ``auto`` considers for ``family`` on ``topology``: ``native`` first, then every
+    registered algorithm that supports them and can be predicted (built locally, or estimated)."""
+    names = [NATIVE]
+    for name, algorithm in algorithms.REGISTRY.items():
+        if algorithm.runs_library or algorithm.unsupported_reason(topology, family) is not None:
+            continue
+        if algorithm.builds_locally or name in ESTIMATORS:
+            names.append(name)
+    return names
+
+
+def local_costs(topology, family: str, options: dict, load: Load, placement, patterns: dict) -> dict:
+    """``{candidate: Cost}`` for this rank; ``patterns`` holds the Patterns built so far (by name),
+    and gets those of locally built candidates added."""
+    costs = {}
+    for name in candidates(topology, family):
+        algorithm = algorithms.get("direct" if name == NATIVE else name)
+        pattern = patterns.get(name)
+        if pattern is None and algorithm.builds_locally:
+            pattern = patterns[name] = algorithm.build(topology, None, options, family)
+        if pattern is not None:
+            costs[name] = pattern_cost(pattern, load, placement, native=name == NATIVE)
+        else:
+            costs[name] = ESTIMATORS[name](topology, family, options, load, placement)
+    return costs
+
+
+def decide(seconds: dict) -> list:
+    """Per form and size class, the winner among ``{candidate: array[form, class]}`` (maxima over ranks).
+
+    ``native`` wins unless another candidate is predicted at most :data:`NATIVE_MARGIN` of its time.
+    """
+    names = list(seconds)
+    table = numpy.stack([seconds[name] for name in names])  # candidate, form, class
+    others = [i for i, name in enumerate(names) if name != NATIVE]
+    native = table[names.index(NATIVE)]
+    result = []
+    for f in range(len(FORMS)):
+        row = []
+        for c in range(CLASSES):
+            best = min(others, key=lambda i: table[i, f, c], default=None)
+            if best is not None and table[best, f, c] <= NATIVE_MARGIN * native[f, c]:
+                row.append(names[best])
+            else:
+                row.append(NATIVE)
+        result.append(row)
+    return result

@@ -19,9 +19,10 @@ from ..buffers import Blocks, parse_simple, parse_vector, parse_w
 from ..execute import StepExecutor as Executor  # the size pass and request counts use the default
 from ..pattern import family_of, stats
 from ..topology import Topology, from_comm
+from .auto import AutoDispatch, FamilyModel, local_class
 from .caches import CACHE_SIZE, ParseCache, Recent, call_signature
 from .channels import Channels
-from .plan import CallPlan, Plan, explain_plan
+from .plan import CallPlan, Plan
 from .progress import ENGINE, ScheduleRequest, run_stages
 
 #: Tag of blocking calls (and of the size pass of persistent requests at init).
@@ -60,7 +61,8 @@ class CommRuntime:
         self.build_seconds: dict = {}
         self._size_pass_flags: dict = {}  # pattern key -> (v/w calls need it, regular calls need it)
         self._call_plans: dict = {}  # (plan key, rebind, collective) -> CallPlan
-        self._choices: dict = {}  # (plan key, family) -> auto's choice with its reasons
+        self._family_models: dict = {}  # (auto plan key, family) -> FamilyModel
+        self._dispatches: dict = {}  # (auto plan key, rebind, collective) -> AutoDispatch
         self._parsed = ParseCache()
         self._layouts = Recent(size=4 * CACHE_SIZE)  # (send key, recv key) -> layout number
         self._layouts_made = 0
@@ -71,26 +73,17 @@ class CommRuntime:
         self._idle = Recent(evict=_free_pool, size=NONBLOCKING_KEYS)
         self.schedules_bound = 0  # bind() calls for collective calls
 
-    # -- the topology and the choice of algorithm (local, identical on every rank) ---------
+    # -- the topology -----------------------------------------------------------------------
     def set_topology(self, topology: Topology) -> None:
         """Replace the Topology (collective: after detecting a Cartesian neighborhood on every rank)."""
         self.topology = topology
-        self._choices.clear()
 
-    def explain(self, plan: Plan, family: str) -> dict:
-        """The algorithm ``plan`` runs for ``family`` with the reasons (``auto`` asks the model)."""
-        choice = self._choices.get((plan.key, family))
-        if choice is None:
-            choice = self._choices[(plan.key, family)] = explain_plan(plan, self.topology, family)
-        return choice
-
-    def resolve(self, plan: Plan, family: str) -> str:
-        """The registered algorithm ``plan`` runs for ``family``."""
-        return self.explain(plan, family)["algorithm"]
-
-    # -- patterns ---------------------------------------------------------------------------
-    def _pattern_key(self, plan: Plan, family: str) -> tuple:
-        return (self.resolve(plan, family), plan.key[1], family)
+    # -- patterns (of a plan naming a registered algorithm) ----------------------------------
+    @staticmethod
+    def _pattern_key(plan: Plan, family: str) -> tuple:
+        if plan.auto:
+            raise RuntimeError("internal: an 'auto' plan has no pattern of its own; resolve it per call")
+        return (plan.algorithm, plan.key[1], family)
 
     def pattern(self, plan: Plan, collective: str):
         """This rank's Pattern for ``collective``'s family (built once; collective for protocols)."""
@@ -110,27 +103,64 @@ class CommRuntime:
 
     def built_pattern(self, plan: Plan, collective: str):
         """The Pattern if this rank has it or can build it without communicating, else None."""
-        family = family_of(collective)
-        key = self._pattern_key(plan, family)
+        key = self._pattern_key(plan, family_of(collective))
         if key in self.patterns or algorithms.get(key[0]).builds_locally:
             return self.pattern(plan, collective)
         return None
 
-    def plan_stats(self, plan: Plan, collective: str) -> dict:
-        """Deterministic numbers of the schedule ``plan`` runs for ``collective`` (never communicates)."""
+    def plan_stats(self, plan: Plan, collective: str, form: str = "blocking", block_bytes: int = 8) -> dict:
+        """Deterministic numbers of the schedule ``plan`` runs for ``collective`` (never communicates).
+
+        ``auto``: those of the algorithm a call of ``form`` with ``block_bytes`` blocks runs, and
+        under ``"auto"`` the candidates, their predicted times, the profile and the reason.
+        """
         family = family_of(collective)
+        explained = None
+        if plan.auto:
+            dispatch = self._dispatches.get((plan.key, plan.rebind, collective))
+            if dispatch is None:
+                raise RuntimeError(
+                    f"plan_stats({collective!r}): 'auto' decides at the first call of Neighbor_{collective} "
+                    f"(collective: every rank makes it); call it on every rank first")
+            explained = dispatch.explain(form, block_bytes)
+            plan = plan.resolved(explained["algorithm"])
         pattern = self.built_pattern(plan, collective)
         if pattern is None:
-            name = self.resolve(plan, family)
+            if explained is not None:  # a protocol candidate auto predicts from an estimate
+                return {"algorithm": plan.algorithm, "family": family, "auto": explained}
             raise RuntimeError(
-                f"plan_stats({collective!r}): the {name!r} pattern of the {family} family is built by a "
+                f"plan_stats({collective!r}): the {plan.algorithm!r} pattern of the {family} family is built by a "
                 f"collective call; call Neighbor_{collective} (blocking, nonblocking or persistent) or "
                 f"comm.pattern({collective!r}) on every rank first")
-        result = {"algorithm": self.resolve(plan, family), **stats(pattern),
+        result = {"algorithm": plan.algorithm, **stats(pattern),
                   "build_seconds": self.build_seconds.get(self._pattern_key(plan, family), 0.0)}
-        if plan.algorithm == algorithms.AUTO:
-            result["auto"] = self.explain(plan, family)
+        if explained is not None:
+            result["auto"] = explained
         return result
+
+    # -- auto ------------------------------------------------------------------------------------
+    def auto_dispatch(self, plan: Plan, collective: str, native_methods: dict, sendbuf, recvbuf) -> AutoDispatch:
+        """The dispatch of an auto plan's ``collective`` (made collectively at its first call, from
+        that call's arguments)."""
+        key = (plan.key, plan.rebind, collective)
+        dispatch = self._dispatches.get(key)
+        if dispatch is None:
+            family = family_of(collective)
+            model = self._family_models.get((plan.key, family))
+            if model is None:
+                model = self._family_models[(plan.key, family)] = FamilyModel(self, plan, family)
+            size_class = local_class(self, collective, sendbuf, recvbuf)
+            dispatch = self._dispatches[key] = AutoDispatch(self, plan, collective, model, native_methods, size_class)
+        return dispatch
+
+    def existing_dispatch(self, plan: Plan, collective: str):
+        """The dispatch of an auto plan's ``collective`` if its first call was made (local), else None."""
+        return self._dispatches.get((plan.key, plan.rebind, collective))
+
+    def auto_dispatches(self, plan: Plan, family: str) -> list:
+        """Every dispatch of ``plan``'s collectives of ``family`` (they share the family's predictions)."""
+        return [d for (key, _, collective), d in self._dispatches.items()
+                if key == plan.key and family_of(collective) == family]
 
     def call_plan(self, plan: Plan, collective: str) -> CallPlan:
         """What calls of ``collective`` run (collective the first time for this plan and family)."""
@@ -264,7 +294,7 @@ class CommRuntime:
     def build_uncached(self, plan: Plan, collective: str):
         """Build ``plan``'s Pattern for ``collective`` anew, not cached (collective for protocols)."""
         family = family_of(collective)
-        algorithm = algorithms.get(self.resolve(plan, family))
+        algorithm = algorithms.get(self._pattern_key(plan, family)[0])
         return algorithm.build(self.topology, self.private, dict(plan.options), family)
 
     def bind_uncached(self, plan: Plan, collective: str, sendbuf, recvbuf):
@@ -377,8 +407,10 @@ class CommRuntime:
             earlier.free()
         pool[channel] = executor
 
-    def persistent(self, call: CallPlan, sendbuf, recvbuf) -> ScheduleRequest:
-        """A persistent request (``*_init``): size pass now if needed, bound once, own channel."""
+    def persistent(self, call: CallPlan, sendbuf, recvbuf, info=None) -> ScheduleRequest:
+        """A persistent request (``*_init``): size pass now if needed, bound once, own channel.
+
+        ``info`` (the ``*_init`` argument) is accepted and not used by sparsecoll's executors."""
         send, recv, _ = self.parse(call.collective, sendbuf, recvbuf)
         sizes = self.run_size_pass(call, send) if call.size_pass else None
         channel = self.channels.take_persistent()
@@ -413,6 +445,8 @@ class CommRuntime:
         self.release_caches()
         self.patterns.clear()
         self._call_plans.clear()
+        self._dispatches.clear()
+        self._family_models.clear()
         if self.private != MPI.COMM_NULL:
             self.private.Free()
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from .. import algorithms, execute
-from ..model.choice import explain_choice
+from ..model.profile import BUILTIN, Profile
+from ..model.profile import resolve as resolve_profile
 from ..topology.cartesian import GRID_OPTION
 
 
@@ -16,13 +17,17 @@ class Plan:
 
     ``key`` identifies everything that shapes the messages, by value, so it is the same
     on every rank: the algorithm, every option but ``grid`` (which only shapes the
-    handle's Topology, kept by the runtime) and the executor.
+    handle's Topology, kept by the runtime) and the executor. ``profile`` and
+    ``verify_choice`` are ``auto``'s (:mod:`sparsecoll.runtime.auto`); they shape only what
+    auto decides, and its decisions are agreed by every rank, so they are not in the key.
     """
 
     algorithm: str
     options: MappingProxyType
     rebind: bool = False
     executor: str = execute.DEFAULT_EXECUTOR
+    profile: Profile = BUILTIN
+    verify_choice: bool = False
     key: tuple = field(init=False)
     native: bool = field(init=False)
 
@@ -32,24 +37,32 @@ class Plan:
         runs_library = self.algorithm != algorithms.AUTO and algorithms.get(self.algorithm).runs_library
         object.__setattr__(self, "native", runs_library)
 
+    @property
+    def auto(self) -> bool:
+        """Whether the cost model picks the algorithm per call (``"auto"``)."""
+        return self.algorithm == algorithms.AUTO
 
-def explain_plan(plan: Plan, topology, family: str) -> dict:
-    """The algorithm ``plan`` runs for ``family`` on ``topology``, with reasons (local; ``auto``
-    asks the model, from arguments every rank shares)."""
-    if plan.algorithm == algorithms.AUTO:
-        return explain_choice(topology, family, dict(plan.options))
-    return {"algorithm": plan.algorithm}
+    def resolved(self, algorithm: str) -> Plan:
+        """The plan that runs ``algorithm`` with this plan's options (what ``auto`` hands a call to)."""
+        return replace(self, algorithm=algorithm)
 
 
 def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
-              executor: str = execute.DEFAULT_EXECUTOR) -> Plan:
-    """Check a wrapper's arguments (raising before any message is sent) and make its Plan."""
+              executor: str = execute.DEFAULT_EXECUTOR, profile=None, verify_choice: bool = False) -> Plan:
+    """Check a wrapper's arguments (raising before any message is sent) and make its Plan.
+
+    ``profile``: ``auto``'s profile (a path or a Profile; default: see
+    :func:`sparsecoll.model.profile.resolve`), read here so a bad file raises at ``wrap``.
+    """
     algorithms.check_name(algorithm)
     execute.get(executor)
     if not isinstance(rebind, bool):
         raise TypeError(f"rebind: expected a bool, got {type(rebind).__name__}")
+    if not isinstance(verify_choice, bool):
+        raise TypeError(f"verify_choice: expected a bool, got {type(verify_choice).__name__}")
     checked = algorithms.check_options(algorithm, options, size)
-    return Plan(algorithm, MappingProxyType(dict(checked)), rebind, executor)
+    chosen_profile = resolve_profile(profile) if algorithm == algorithms.AUTO else BUILTIN
+    return Plan(algorithm, MappingProxyType(dict(checked)), rebind, executor, chosen_profile, verify_choice)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -1,7 +1,16 @@
-"""``sparsecoll calibrate``: measure Hockney's alpha and beta (or LogGP's L, g, G) and save them.
+"""``sparsecoll calibrate``: measure the profile ``algorithm="auto"`` predicts with (default), or
+Hockney's alpha and beta (LogGP's L, g, G) for the simulator's cost model, and save them.
 
-The measurements and fits are :mod:`sparsecoll.model.calibrate` (its docstring describes
-the method); this module is the command: options, the launch, the parameter file.
+``--model profile`` (default): :mod:`.profile_calibration` measures, every launched rank
+taking part, the library's and sparsecoll's per-call, per-step and per-message costs; the
+fit (:func:`sparsecoll.model.calibrate.fit_profile_load`) becomes the entry of this load
+(ranks per core) in the profile of this host and MPI library, in the user's cache
+directory (:func:`sparsecoll.model.profile.default_path`) unless ``--out`` names a file.
+Run it once at a rank per core (``--np 2`` here) and once at the load you will run at
+(``--np 8`` on this 2-core machine): auto uses the entry nearest its own load.
+
+``--model hockney`` / ``loggp``: the measurements and fits of :mod:`sparsecoll.model.calibrate`
+(its docstring describes the method), written to ``--out`` as a parameter file.
 """
 
 from __future__ import annotations
@@ -24,7 +33,9 @@ from sparsecoll.model.calibrate import (
 
 def add_arguments(parser) -> None:
     """Options of ``sparsecoll calibrate``."""
-    parser.add_argument("--out", default="sparsecoll-params.json", help="parameter file to write")
+    parser.add_argument("--out", default=None,
+                        help="file to write (default: profile: this host's profile in the user's cache directory; "
+                             "hockney, loggp: sparsecoll-params.json)")
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
                         help="message sizes in bytes, comma separated")
     parser.add_argument("--reps", type=int, default=200, help="round trips per size")
@@ -33,9 +44,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--np", type=int, default=2,
                         help="ranks to launch when not already under mpiexec (default 2); more ranks than "
                              "cores get the launcher's oversubscription settings, as the benchmark does")
-    parser.add_argument("--model", default="hockney", choices=("hockney", "loggp"),
-                        help="hockney: ping-pong fit of alpha, beta; loggp: burst fit of L, g, G (o = 0), "
-                             "every pair at once")
+    parser.add_argument("--model", default="profile", choices=("profile", "hockney", "loggp"),
+                        help="profile: auto's per-call, per-step and per-message costs (default); hockney: "
+                             "ping-pong fit of alpha, beta; loggp: burst fit of L, g, G (o = 0), every pair at once")
     parser.add_argument("--bursts", default=",".join(map(str, DEFAULT_BURSTS)),
                         help="loggp: messages per step, comma separated")
     parser.add_argument("--pairs", default="one", choices=PAIRS,
@@ -52,6 +63,9 @@ def _main(args) -> int:
     comm = MPI.COMM_WORLD
     if comm.Get_size() < 2:
         raise SystemExit("calibrate: needs at least 2 ranks")
+    if args.model == "profile":
+        return _main_profile(comm, args)
+    args.out = args.out or "sparsecoll-params.json"
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.model == "loggp":
         return _main_loggp(comm, args, sizes)
@@ -116,6 +130,53 @@ def _main_loggp(comm, args, sizes) -> int:
     return 0
 
 
+def _main_profile(comm, args) -> int:
+    from mpi4py import MPI
+
+    from sparsecoll.model.calibrate import fit_profile_load
+    from sparsecoll.model.profile import BUILTIN, Profile, ProfileError, default_path, library_name
+    from sparsecoll.topology.placement import resolve as resolve_placement
+
+    from .launch import usable_cores
+    from .profile_calibration import copy_seconds_per_byte, measure
+    rank = comm.Get_rank()
+    say = print if rank == 0 else (lambda *_: None)
+    placement = resolve_placement(comm).placement
+    pair_level = placement.pair_class(0, 1)
+    ranks_per_core = min(comm.Get_size(), placement.L * placement.S) / usable_cores()
+    start = time.perf_counter()
+    times, trivial_steps, one_way = measure(comm, args.reps, say)
+    load = fit_profile_load(times, ranks_per_core, pair_level, copy_seconds_per_byte(), one_way, trivial_steps,
+                            BUILTIN.loads[0])
+    if rank == 0:
+        path = args.out or default_path()
+        library = library_name()
+        try:
+            profile = Profile.load(path) if os.path.exists(path) else None
+        except ProfileError as error:
+            say(f"calibrate: starting a new profile ({error})")
+            profile = None
+        if profile is None or profile.mpi_library != library:
+            profile = Profile((), library, platform.node())
+        source = (f"sparsecoll calibrate on {platform.node()}, {MPI.Get_library_version().splitlines()[0]}, "
+                  f"{time.strftime('%Y-%m-%d')}")
+        profile = Profile(profile.with_load(load).loads, library, platform.node(), source)
+        profile.save(path)
+        say(f"calibrate: {comm.Get_size()} ranks on {usable_cores()} cores (load {ranks_per_core:g} ranks per core), "
+            f"ring neighbors at level {pair_level}, {time.perf_counter() - start:.1f} s")
+        say(f"{'variant':>9} {'form':>12} {'edges':>5} {'bytes':>6} {'median us':>10}")
+        for (name, form, edges, block), seconds in times.items():
+            say(f"{name:>9} {form:>12} {edges:5d} {block:6d} {seconds * 1e6:10.2f}")
+        level = load.levels[pair_level]
+        say(f"{pair_level}: alpha {level['alpha'] * 1e6:.2f} us, beta {level['beta'] * 1e9:.4f} ns/B, "
+            f"overhead {level['overhead'] * 1e6:.2f} us; sparsecoll per step {load.sparsecoll_per_step * 1e6:.2f} us")
+        per_call = [f"{form} native {load.native_per_call[form] * 1e6:.2f} / sparsecoll "
+                    f"{load.sparsecoll_per_call[form] * 1e6:.2f}" for form in load.native_per_call]
+        say("per call (us): " + ", ".join(per_call))
+        say(f"written to {path} (loads: {', '.join(f'{entry.ranks_per_core:g}' for entry in profile.loads)})")
+    return 0
+
+
 def run(args) -> int:
     """Run the ping-pong under mpiexec (launching ``--np`` ranks when not already launched)."""
     from .launch import inside_mpi_launch, relaunch
@@ -124,7 +185,8 @@ def run(args) -> int:
     if args.reps < 1:
         raise SystemExit(f"calibrate: --reps expects at least 1, got {args.reps}")
     if not inside_mpi_launch():
-        return relaunch(args.np, ["calibrate", "--out", args.out, "--sizes", args.sizes, "--reps", str(args.reps),
+        out = ["--out", args.out] if args.out else []
+        return relaunch(args.np, ["calibrate", *out, "--sizes", args.sizes, "--reps", str(args.reps),
                                   "--pair-class", args.pair_class, "--pairs", args.pairs, "--model", args.model,
                                   "--bursts", args.bursts])
     return _main(args)

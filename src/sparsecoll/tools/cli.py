@@ -20,7 +20,7 @@ SUBCOMMANDS = {
               "bench", ("rich", "matplotlib", "scipy")),
     "demo": ("sparsecoll.tools.demo", "wrap a communicator, run every collective with direct and native, compare",
              None, ()),
-    "calibrate": ("sparsecoll.tools.calibrate", "measure Hockney alpha and beta by ping-pong, write a parameter file",
+    "calibrate": ("sparsecoll.tools.calibrate", "measure the profile auto predicts with (or Hockney/LogGP parameters)",
                   None, ()),
     "simulate": ("sparsecoll.tools.simulate",
                  "build algorithms on virtual ranks, verify, predict latencies with a cost model",

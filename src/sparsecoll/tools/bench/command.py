@@ -132,7 +132,7 @@ class _Progress:
 def _measure(args) -> int:
     from mpi4py import MPI
 
-    from .report import environment, print_phase_table, print_table, summarize, write_figures, write_files
+    from .report import auto_summary, environment, print_phase_table, print_table, summarize, write_figures, write_files
     from .runner import measure, supported
     from .workloads import build
     world = MPI.COMM_WORLD
@@ -181,6 +181,9 @@ def _measure(args) -> int:
     print_phase_table(results)
     wrong = [(r["topology"], r["collective"], r["size"], n) for r in results
              for n, e in r["algorithms"].items() if not e["agrees_with_native"]]
+    summary = auto_summary(results)
+    if summary:
+        print(summary)
     print(f"{env['ranks']} ranks on {env['cores']} cores, {env['mpi_library']}; settings: "
           f"{env['settings'] or 'none'}; {env['seconds']} s")
     print("results: " + ", ".join(str(p) for p in files))

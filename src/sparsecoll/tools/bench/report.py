@@ -54,7 +54,8 @@ def write_files(out: Path, results: list, env: dict) -> list:
     fields = ["topology", "collective", "size", "mode", "algorithm", "median_s", "q1_s", "q3_s",
               "ratio_to_native_median", "ratio_q1", "ratio_q3", "speedup_median", "build_s", "first_call_s",
               "phase1_s", "phase1_cpu_s", "phase2_s", "phase2_cpu_s", "phase2_bind_s", "binds_per_call", "steps_max",
-              "messages_max", "messages_mean", "items_max", "bytes_max", "bytes_mean", "agrees_with_native"]
+              "messages_max", "messages_mean", "items_max", "bytes_max", "bytes_mean", "agrees_with_native",
+              "auto_chose"]
     with open(out / "results.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(fields)
@@ -67,7 +68,8 @@ def write_files(out: Path, results: list, env: dict) -> list:
                                  e["phase1_seconds"], e["phase1_cpu_seconds"], e["phase2_seconds"],
                                  e["phase2_cpu_seconds"], e["phase2_bind_seconds"],
                                  e["binds_per_call"], p["steps_max"], p["messages_max"], p["messages_mean"],
-                                 p["items_max"], p["bytes_max"], p["bytes_mean"], e["agrees_with_native"]])
+                                 p["items_max"], p["bytes_max"], p["bytes_mean"], e["agrees_with_native"],
+                                 e.get("chosen", "")])
     return [out / "results.json", out / "results.csv"]
 
 
@@ -154,10 +156,34 @@ def print_table(results: list, console=None) -> None:
             mark = "*" if name == best else " "
             speed = f" ({e['speedup_median']:.2f}x)" if "speedup_median" in e else ""
             wrong = "" if e["agrees_with_native"] else " WRONG"
+            ran = f" ={e['chosen']}" if "chosen" in e else ""
             cells.append(f"{mark}{e['median'] * 1e6:.1f}{speed} {e['plan']['messages_max']}"
-                         f"[{e['plan']['steps_max']}] {_bytes(e['plan']['bytes_max'])}{wrong}")
+                         f"[{e['plan']['steps_max']}] {_bytes(e['plan']['bytes_max'])}{ran}{wrong}")
         table.add_row(r["topology"], r["collective"], str(r["size"]), r["mode"], *cells)
     console.print(table)
+
+
+def auto_summary(results: list) -> str | None:
+    """One line: auto's worst and median ratio to native, and to the best algorithm of each row."""
+    to_native, to_best, errors = [], [], []
+    for r in results:
+        entries = r["algorithms"]
+        auto = entries.get("auto")
+        if auto is None or "ratio_median" not in auto:
+            continue
+        to_native.append(auto["ratio_median"])
+        best = min(e["median"] for name, e in entries.items() if name != "auto")
+        to_best.append(auto["median"] / best)
+        errors += [entries[name]["median"] / seconds for name, seconds in auto.get("predicted_seconds", {}).items()
+                   if name in entries and seconds > 0]
+    if not to_native:
+        return None
+    error = numpy.abs(numpy.log(errors)) if errors else numpy.zeros(1)
+    return (f"auto / native (median of interleaved pairs, per row): worst {max(to_native):.3f}, median "
+            f"{numpy.median(to_native):.3f} over {len(to_native)} rows; auto / best algorithm of the row: worst "
+            f"{max(to_best):.3f}, median {numpy.median(to_best):.3f}; model error (measured / predicted median, "
+            f"every algorithm of every row): median factor {numpy.exp(numpy.median(error)):.2f}, worst "
+            f"{numpy.exp(error.max()):.2f}")
 
 
 def phase_rows(results: list) -> list:

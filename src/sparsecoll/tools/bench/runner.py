@@ -37,7 +37,7 @@ import numpy
 from mpi4py import MPI
 
 from sparsecoll import wrap
-from sparsecoll.algorithms import REGISTRY
+from sparsecoll.algorithms import AUTO, REGISTRY
 from sparsecoll.pattern import family_of
 
 from .workloads import Workload
@@ -59,10 +59,15 @@ class Buffers:
 
 
 def supported(workload: Workload, family: str) -> list:
-    """Registered algorithms (native first) that run ``family`` on this workload."""
+    """Registered algorithms (native first) that run ``family`` on this workload, then ``auto``."""
     topology = workload.comm.topology
     names = ["native"] + [n for n in REGISTRY if n != "native" and not n.startswith("test_")]
-    return [n for n in names if REGISTRY[n].unsupported_reason(topology, family) is None]
+    return [n for n in names if REGISTRY[n].unsupported_reason(topology, family) is None] + [AUTO]
+
+
+#: The call form each mode makes (what ``auto`` decides per form).
+FORM_OF_MODE = {"persistent": "persistent", "nonpersistent": "blocking", "blocking": "blocking",
+                "nonblocking": "nonblocking"}
 
 
 def make_buffers(workload: Workload, collective: str, size: int) -> Buffers:
@@ -100,6 +105,7 @@ class Call:
     def __init__(self, comm, collective: str, buffers: Buffers, mode: str):
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        self.comm = comm
         self.buffers = buffers
         self.mode = mode
         self.request = None
@@ -116,6 +122,8 @@ class Call:
             self.method = getattr(comm, name)
             self.method(buffers.sendspec, buffers.recvspec)
         self.first_seconds = time.perf_counter() - start
+        if self.request is None:  # looked up again, as a user's next call does (auto may now name the library's)
+            self.method = getattr(comm, self.method.__name__)
 
     def __call__(self) -> None:
         if self.mode == "persistent":
@@ -232,13 +240,21 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
         return []
     phase1_cache = {} if phase1_cache is None else phase1_cache
     setup = {name: _set_up(world, workload, collective, size, name, phase_reps, phase1_cache)
-             for name in algorithms}
+             for name in algorithms if name != AUTO}
     calls = {}
     for mode in modes:
         for name in algorithms:
             comm = wrap(workload.comm, name, rebind=(mode == "nonpersistent" and name != "native"))
             world.Barrier()
             calls[(name, mode)] = Call(comm, collective, make_buffers(workload, collective, size), mode)
+    chosen, predicted = {}, {}
+    if AUTO in algorithms:  # auto decided at its first call (in Call): what it runs, and that one's numbers
+        for mode in modes:
+            stats = calls[(AUTO, mode)].comm.plan_stats(collective, block_bytes=size, form=FORM_OF_MODE[mode])
+            chosen[mode] = stats["algorithm"]
+            predicted[mode] = stats["auto"]["predicted_seconds"]
+        for name in set(chosen.values()) - set(setup):
+            setup[name] = _set_up(world, workload, collective, size, name, phase_reps, phase1_cache)
     first = {variant: _max_over_ranks(world, call.first_seconds) for variant, call in calls.items()}
     for _ in range(warmup):
         for call in calls.values():
@@ -255,10 +271,15 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
             worst = numpy.empty(reps)
             world.Allreduce(samples[variant], worst, op=MPI.MAX)
             agree = world.allreduce(bool(numpy.array_equal(calls[variant].buffers.recv, expected)), op=MPI.LAND)
+            if name == AUTO:
+                ran = {**setup[chosen[mode]], "chosen": chosen[mode], "predicted_seconds": predicted[mode]}
+                ran.update({field: None for field in PHASE_FIELDS if field in ran})
+            else:
+                ran = setup[name]
             result["algorithms"][name] = {"samples": worst.tolist(), "first_call_seconds": first[variant],
                                           "agrees_with_native": agree,
                                           "binds_per_call": _max_over_ranks(world, binds[variant]) / reps,
-                                          **setup[name]}
+                                          **ran}
             if on_progress is not None:
                 on_progress()
         results.append(result)

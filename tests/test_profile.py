@@ -1,0 +1,127 @@
+"""auto's profiles: round trip, the clear errors of bad files, resolution order, and the model's decision."""
+
+from __future__ import annotations
+
+import json
+
+import numpy
+import pytest
+
+from sparsecoll.model import choice
+from sparsecoll.model.profile import BUILTIN, ENVIRONMENT, Profile, ProfileError, check_library, resolve
+
+
+def write(tmp_path, data, name="profile.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def builtin_json():
+    return json.loads(json.dumps(BUILTIN.to_json()))
+
+
+def test_a_profile_file_round_trips(tmp_path):
+    original = Profile(BUILTIN.loads, "MPICH 5.0", "host-a", "unit test")
+    path = tmp_path / "sub" / "p.json"
+    original.save(path)
+    loaded = Profile.load(path)
+    assert loaded == original
+    assert loaded.path == str(path)
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda d: d["loads"][0]["levels"].pop("socket"), "loads[0].levels.socket"),
+    (lambda d: d["loads"][0]["native"]["per_call"].pop("persistent"), "loads[0].native.per_call.persistent"),
+    (lambda d: d["loads"][0]["sparsecoll"].pop("per_step"), "loads[0].sparsecoll.per_step"),
+    (lambda d: d["loads"][0]["levels"]["node"].__setitem__("beta", -1e-9), "loads[0].levels.node.beta"),
+    (lambda d: d["loads"][0]["levels"]["self"].__setitem__("alpha", "fast"), "loads[0].levels.self.alpha"),
+    (lambda d: d["loads"][0]["sparsecoll"]["per_call"].__setitem__("blocking", float("nan")),
+     "loads[0].sparsecoll.per_call.blocking"),
+    (lambda d: d["loads"][0].__setitem__("ranks_per_core", 0), "loads[0].ranks_per_core"),
+    (lambda d: d.__setitem__("loads", []), "loads"),
+    (lambda d: d.__setitem__("format", 99), "format"),
+])
+def test_bad_profiles_name_the_file_and_the_key(tmp_path, edit, key):
+    data = builtin_json()
+    edit(data)
+    path = write(tmp_path, data)
+    with pytest.raises(ProfileError) as caught:
+        Profile.load(path)
+    assert path in str(caught.value) and repr(key) in str(caught.value)
+
+
+def test_a_profile_of_another_library_is_refused(tmp_path):
+    data = builtin_json()
+    data["mpi_library"] = "Open MPI 5.0"
+    path = write(tmp_path, data)
+    with pytest.raises(ProfileError, match="mpi_library") as caught:
+        check_library(Profile.load(path), "MPICH 5.0")
+    assert path in str(caught.value)
+    assert check_library(Profile.load(path), "Open MPI 4.1").mpi_library == "Open MPI 5.0"  # versions may differ
+
+
+def test_files_that_are_not_profiles(tmp_path):
+    with pytest.raises(ProfileError, match="cannot read"):
+        Profile.load(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(ProfileError, match="not JSON"):
+        Profile.load(bad)
+    with pytest.raises(TypeError, match="profile"):
+        resolve(42)
+
+
+def test_resolution_order(tmp_path, monkeypatch):
+    data = builtin_json()
+    data["source"] = "from the environment"
+    path = write(tmp_path, data)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv(ENVIRONMENT, raising=False)
+    assert resolve() is BUILTIN
+    monkeypatch.setenv(ENVIRONMENT, path)
+    assert resolve().source == "from the environment"
+    monkeypatch.setenv(ENVIRONMENT, "builtin")
+    assert resolve() is BUILTIN
+    explicit = Profile(BUILTIN.loads, source="explicit")
+    assert resolve(explicit) is explicit
+
+
+def test_the_nearest_load_is_used():
+    light = BUILTIN.loads[0]
+    heavy = type(light)(4.0, light.levels, light.sparsecoll_per_call, 50e-6, light.native_per_call)
+    profile = BUILTIN.with_load(heavy)
+    assert profile.load_for(1.0) is light and profile.load_for(3.0) is heavy and profile.load_for(0.5) is light
+
+
+def test_native_wins_unless_a_candidate_is_clearly_faster():
+    shape = (3, choice.CLASSES)
+    seconds = {"native": numpy.full(shape, 10.0), "direct": numpy.full(shape, 9.5),
+               "cartesian": numpy.full(shape, 20.0)}
+    seconds["cartesian"][:, 3] = 5.0
+    table = choice.decide(seconds)
+    assert all(row[c] == "native" for row in table for c in range(choice.CLASSES) if c != 3)
+    assert all(row[3] == "cartesian" for row in table)
+
+
+def test_combining_is_charged_for_its_steps_and_wins_only_where_messages_dominate():
+    from sparsecoll.algorithms.cartesian import combining_pattern
+    from sparsecoll.algorithms.direct import direct_pattern
+    from sparsecoll.topology.cartesian import Grid, offset_topology
+    nine_point = [(dx, dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1) if (dx, dy) != (0, 0)]
+    topology = offset_topology(Grid((4, 4), (True, True)), 5, nine_point)
+    base = BUILTIN.loads[0]
+    costly_messages = type(base)(1.0, {k: {**v, "overhead": 5e-6} for k, v in base.levels.items()},
+                                 base.sparsecoll_per_call, 1e-6, base.native_per_call)
+    combining = choice.pattern_cost(combining_pattern(topology, "alltoall"), costly_messages)
+    direct = choice.pattern_cost(direct_pattern(topology, "alltoall"), costly_messages)
+    assert (combining.steps, direct.steps) == (2, 1)
+    assert combining.messages < direct.messages
+    small, large = choice.size_class(8), choice.size_class(1 << 20)
+    assert combining.seconds()[0, small] < direct.seconds()[0, small]
+    assert combining.seconds()[0, large] > direct.seconds()[0, large]  # combining moves more bytes
+
+
+def test_size_classes():
+    assert [choice.size_class(n) for n in (0, 1, 2, 3, 4, 8, 65536)] == [0, 1, 2, 2, 3, 4, 17]
+    assert choice.CLASS_BYTES[4] > 8 and choice.CLASS_BYTES[4] < 16
