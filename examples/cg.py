@@ -291,7 +291,9 @@ def main(argv=None) -> int:
     last = {algorithm: results[algorithm][-1] for algorithm in algorithms}
     gathered = {algorithm: world.gather((dist.owned, last[algorithm]["x"]), root=0) for algorithm in algorithms}
     degrees = world.gather((len(dist.sources), len(dist.destinations), len(dist.halo), len(dist.owned)), root=0)
-    resolved = {algorithm: (comms[algorithm].resolved_algorithm("alltoallv") if algorithm != "native" else "native")
+    form = "persistent" if args.persistent else "blocking"
+    resolved = {algorithm: (comms[algorithm].resolved_algorithm("alltoallv", form=form) if algorithm != "native"
+                            else "native")
                 for algorithm in algorithms}
 
     ok = True
