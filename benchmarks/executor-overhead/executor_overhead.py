@@ -1,11 +1,12 @@
-"""Per-call time of sparsecoll's executor (``direct``) against the MPI library's own call.
+"""Per-call time of sparsecoll's executor (``direct``) and default (``auto``) against the MPI library's own call.
 
 Run: mpiexec -n 2 python benchmarks/executor-overhead/executor_overhead.py [--edges 8] [--bytes 8] [--reps 20000]
-     [--forms blocking,nonblocking,persistent]
+     [--forms blocking,nonblocking,persistent] [--names native,direct,auto]
 Neighbor_alltoall on a distributed graph where every rank has EDGES out- and in-edges to
 the next rank (repeated edges); BYTES per block. For each form (blocking call,
-Ineighbor + Wait, persistent Start + Wait) repetitions alternate native and direct
-(interleaved), each timed as the maximum over ranks of one call.
+Ineighbor + Wait, persistent Start + Wait) repetitions cycle through the names
+(interleaved, the order rotating), each timed as the maximum over ranks of one call.
+``auto`` runs with the profile in force (``SPARSECOLL_PROFILE``, else the calibrated one).
 """
 
 import argparse
@@ -20,13 +21,15 @@ parser.add_argument("--edges", type=int, default=8)
 parser.add_argument("--bytes", type=int, default=8)
 parser.add_argument("--reps", type=int, default=20000)
 parser.add_argument("--forms", default="blocking,nonblocking,persistent")
+parser.add_argument("--names", default="native,direct", help="native first, then any algorithms or auto")
 args = parser.parse_args()
 
 world = MPI.COMM_WORLD
 rank, size = world.Get_rank(), world.Get_size()
 graph = world.Create_dist_graph_adjacent([(rank - 1) % size] * args.edges, [(rank + 1) % size] * args.edges)
 send = numpy.arange(args.edges * args.bytes, dtype=numpy.uint8)
-NAMES = ("native", "direct")
+NAMES = tuple(args.names.split(","))
+assert NAMES[0] == "native", "--names: native first"
 recv = {name: numpy.zeros(args.edges * args.bytes, dtype=numpy.uint8) for name in NAMES}
 comms = {name: sparsecoll.wrap(graph, name) for name in NAMES}
 timer = MPI.Wtime
@@ -50,7 +53,8 @@ for form in args.forms.split(","):
     call = calls(form)
     samples = {name: [] for name in NAMES}
     for rep in range(args.reps):
-        for name in (NAMES if rep % 2 == 0 else NAMES[::-1]):
+        shift = rep % len(NAMES)
+        for name in NAMES[shift:] + NAMES[:shift]:
             run = call[name]
             t0 = timer()
             run()
@@ -59,16 +63,17 @@ for form in args.forms.split(","):
         local = numpy.array(samples[name])
         samples[name] = numpy.empty_like(local)
         world.Allreduce(local, samples[name], op=MPI.MAX)
-    assert numpy.array_equal(recv["native"], recv["direct"])
+    assert all(numpy.array_equal(recv["native"], recv[name]) for name in NAMES)
     if rank == 0:
         warm = args.reps // 10
-        ratio = samples["direct"][warm:] / samples["native"][warm:]
         line = [f"{form:>11}:"]
         for name in NAMES:
             q1, med, q3 = numpy.percentile(samples[name][warm:], [25, 50, 75]) * 1e6
             line.append(f"{name} {med:6.2f} us ({q1:.2f}-{q3:.2f})")
-        q1, med, q3 = numpy.percentile(ratio, [25, 50, 75])
-        line.append(f"direct/native median {med:.3f} ({q1:.3f}-{q3:.3f})")
+        for name in NAMES[1:]:
+            ratio = samples[name][warm:] / samples["native"][warm:]
+            q1, med, q3 = numpy.percentile(ratio, [25, 50, 75])
+            line.append(f"{name}/native median {med:.3f} ({q1:.3f}-{q3:.3f})")
         print("  ".join(line), flush=True)
 if rank == 0:
     print(f"{size} ranks, {args.edges} edges, {args.bytes} B blocks, {MPI.Get_library_version().splitlines()[0]}")
