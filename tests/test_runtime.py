@@ -101,3 +101,31 @@ def test_the_parse_cache_keeps_no_array_alive_and_never_confuses_a_reused_id():
     assert ref() is None
     other = numpy.zeros(8, "i4")  # may get the dead array's id
     assert cache.recall(call_signature(send, other), send, other) is None
+
+
+def test_the_array_parse_cache_checks_identity_and_layout():
+    cache = ParseCache()
+    send, recv = numpy.zeros(4, "i4"), numpy.zeros(8, "i4")
+    cache.keep_arrays("alltoall", send, recv, "parsed")
+    assert cache.recall_arrays("alltoall", send, recv) == "parsed"
+    assert cache.recall_arrays("allgather", send, recv) is None
+    send.flags.writeable = False  # a read-only send buffer parses the same
+    assert cache.recall_arrays("alltoall", send, recv) == "parsed"
+    recv.shape = (2, 4)
+    assert cache.recall_arrays("alltoall", send, recv) is None
+    recv.shape = (8,)
+    recv.flags.writeable = False
+    assert cache.recall_arrays("alltoall", send, recv) is None
+    recv.flags.writeable = True
+    recv.dtype = "f4"
+    assert cache.recall_arrays("alltoall", send, recv) is None
+    recv.dtype = "i4"
+    assert cache.recall_arrays("alltoall", send, recv) == "parsed"
+    ref = weakref.ref(recv)
+    del recv
+    gc.collect()
+    assert ref() is None
+    other = numpy.zeros(8, "i4")  # may get the dead array's id
+    assert cache.recall_arrays("alltoall", send, other) is None
+    cache.clear()
+    assert len(cache) == 0

@@ -2,11 +2,18 @@
 
 Each message of a bound Schedule becomes one derived datatype (a struct of its
 pieces over absolute addresses, sent from ``MPI.BOTTOM``), so no data is packed or
-copied by hand. The requests of a step are created once; a run starts each step's
-requests together (``Startall``) once the previous step has completed; receives are
-listed before sends so they are posted first. Final local copies run as one extra step
-of messages to self. Every message of the executor carries one tag, its call's channel
+copied by hand; pieces that follow each other in memory with one datatype are joined
+first, so a message of adjacent blocks is sent as one contiguous buffer. The requests
+of a step are created once; a run starts each step's requests together (``Startall``)
+once the previous step has completed; receives are listed before sends so they are
+posted first. Final local copies run as one extra step of messages to self. Every
+message of the executor carries one tag, its call's channel
 (:mod:`sparsecoll.runtime.channels` says why that is enough).
+
+Small messages of one step between the same two ranks go on the wire as one message
+(:func:`coalesce`): several edges to one neighbor (repeated neighbors, periodic
+dimensions of size 1 or 2) then cost one message instead of one per edge. Where every
+neighbor is a different rank nothing changes.
 """
 
 from __future__ import annotations
@@ -14,6 +21,11 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from ..bind import Schedule
+
+#: A message of at most this many bytes joins the other small messages of its step to the same peer ...
+COALESCE_MESSAGE_BYTES = 2048
+#: ... while together they stay within this many bytes (larger structs cost more than they save).
+COALESCE_BYTES = 16384
 
 
 def message_datatype(pieces) -> MPI.Datatype:
@@ -26,6 +38,58 @@ def message_datatype(pieces) -> MPI.Datatype:
     return datatype.Commit()
 
 
+def message_bytes(pieces) -> int:
+    """The bytes a message carries (its type signature's size)."""
+    return sum(count * datatype.Get_size() for _, count, datatype in pieces)
+
+
+def coalesce(messages) -> list:
+    """``[(peer, pieces)]``: the messages of one step and direction, small ones to one peer joined.
+
+    Walking the messages in order, a message of at most :data:`COALESCE_MESSAGE_BYTES` joins
+    the open run of its peer while the run stays within :data:`COALESCE_BYTES`; otherwise it
+    opens a new run (a larger message goes alone and closes its peer's run). Both ends of a
+    pair cut the same runs: they list the messages of a step between them in the same
+    order (the n-th send matches the n-th receive), and MPI requires the blocks of matching
+    edges to have equal type signatures, so both see the same sequence of byte sizes. The
+    pieces of a run keep that order, so a joined message matches item by item.
+    """
+    runs = []  # [peer, pieces, bytes]
+    open_runs = {}  # peer -> its run still open to small messages
+    for message in messages:
+        size = message_bytes(message.pieces)
+        run = open_runs.get(message.peer)
+        if size <= COALESCE_MESSAGE_BYTES and run is not None and run[2] + size <= COALESCE_BYTES:
+            run[1].extend(message.pieces)
+            run[2] += size
+            continue
+        run = [message.peer, list(message.pieces), size]
+        runs.append(run)
+        open_runs[message.peer] = run if size <= COALESCE_MESSAGE_BYTES else None
+    return [(peer, tuple(pieces)) for peer, pieces, _ in runs]
+
+
+def joined(pieces) -> tuple:
+    """The pieces with adjacent ones of one datatype joined and empty ones left out (same message).
+
+    ``count`` elements of a datatype lie ``extent`` bytes apart, so a piece that starts where
+    the previous one's last element ends continues it. A message with no data keeps one piece.
+    """
+    out = []
+    for address, count, datatype in pieces:
+        if count == 0:
+            continue
+        if out:
+            last = out[-1]
+            if last[2] == datatype and address == last[0] + last[1] * datatype.Get_extent()[1]:
+                last[1] += count
+                continue
+        out.append([address, count, datatype])
+    if not out:
+        return tuple(pieces[:1])
+    return tuple(tuple(piece) for piece in out)
+
+
 class Executor:
     """Persistent requests for every step of one bound Schedule on one communicator."""
 
@@ -36,8 +100,8 @@ class Executor:
         self._datatypes = []
         self.steps = []
         for sends, recvs in schedule.steps:
-            requests = [comm.Recv_init(self._buffer(m.pieces), m.peer, tag) for m in recvs]
-            requests += [comm.Send_init(self._buffer(m.pieces), m.peer, tag) for m in sends]
+            requests = [comm.Recv_init(self._buffer(pieces), peer, tag) for peer, pieces in coalesce(recvs)]
+            requests += [comm.Send_init(self._buffer(pieces), peer, tag) for peer, pieces in coalesce(sends)]
             if requests:
                 self.steps.append(requests)
         if schedule.copies:
@@ -51,10 +115,11 @@ class Executor:
     def _buffer(self, pieces) -> list:
         """The mpi4py message of one bound message.
 
-        A message of one piece is sent straight from its address with the user's
-        count and datatype, as the MPI library itself would (MPICH handles that
+        A message of one piece (after :func:`joined`) is sent straight from its address
+        with its count and datatype, as the MPI library itself would (MPICH handles that
         faster than a struct over ``MPI.BOTTOM``); several pieces become one struct.
         """
+        pieces = joined(pieces)
         if len(pieces) == 1:
             address, count, datatype = pieces[0]
             if address != 0:

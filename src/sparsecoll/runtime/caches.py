@@ -4,7 +4,9 @@
 * :class:`ParseCache`: parsed buffer arguments, keyed by a cheap signature of the call's
   arguments: numpy arrays by identity (checked through a weak reference, so a freed
   array whose ``id`` is reused is never mistaken for it), counts, displacements and
-  predefined datatypes by value.
+  predefined datatypes by value. Two plain arrays, the usual call, are found by their
+  ``id`` alone and then checked (identity, dtype, shape, strides, the receive array's
+  writability), which costs less than hashing their signature.
 
 Nothing here decides what goes on the wire: a hit and a miss give the same messages.
 """
@@ -57,6 +59,29 @@ class ParseCache:
 
     def __init__(self, size: int = CACHE_SIZE):
         self._entries = Recent(size=size)
+        self._arrays = Recent(size=size)  # (collective, id, id) -> (weak refs, layout, parse)
+
+    def recall_arrays(self, collective: str, sendbuf: numpy.ndarray, recvbuf: numpy.ndarray):
+        """The parse kept by :meth:`keep_arrays` if these are the very arrays, their layout unchanged."""
+        key = (collective, id(sendbuf), id(recvbuf))
+        entry = self._arrays.get(key)
+        if entry is None:
+            return None
+        send_ref, recv_ref, layout, parsed = entry
+        if (send_ref() is not sendbuf or recv_ref() is not recvbuf
+                or layout != (sendbuf.dtype, sendbuf.shape, sendbuf.strides,
+                              recvbuf.dtype, recvbuf.shape, recvbuf.strides, recvbuf.flags.writeable)):
+            return None
+        self._arrays.move_to_end(key)
+        return parsed
+
+    def keep_arrays(self, collective: str, sendbuf: numpy.ndarray, recvbuf: numpy.ndarray, parsed) -> None:
+        """Remember ``parsed`` for two plain arrays (weakly referring to them; the send array's
+        writability is left out: a read-only send buffer parses the same)."""
+        layout = (sendbuf.dtype, sendbuf.shape, sendbuf.strides,
+                  recvbuf.dtype, recvbuf.shape, recvbuf.strides, recvbuf.flags.writeable)
+        self._arrays.keep((collective, id(sendbuf), id(recvbuf)),
+                          (weakref.ref(sendbuf), weakref.ref(recvbuf), layout, parsed))
 
     def recall(self, signature, sendbuf, recvbuf):
         """The parse kept for ``signature`` if its arrays are still the very objects passed."""
@@ -74,11 +99,12 @@ class ParseCache:
         self._entries.keep(signature, (weakref.ref(_array_of(sendbuf)), weakref.ref(_array_of(recvbuf)), parsed))
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) + len(self._arrays)
 
     def clear(self) -> None:
         """Forget every parse."""
         self._entries.clear()
+        self._arrays.clear()
 
 
 def _array_of(spec) -> numpy.ndarray:

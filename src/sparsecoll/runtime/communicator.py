@@ -25,6 +25,8 @@ from .channels import Channels
 from .plan import CallPlan, Plan
 from .progress import ENGINE, ScheduleRequest, run_stages
 
+_ndarray = numpy.ndarray
+
 #: Tag of blocking calls (and of the size pass of persistent requests at init).
 BLOCKING_CHANNEL = 0
 #: Buffer sets whose idle nonblocking executors are kept (at most one per channel each).
@@ -197,9 +199,18 @@ class CommRuntime:
 
         ``layout`` is a small integer naming the memory and layout of both arguments (equal
         layouts get equal numbers while they are remembered), the cheap half of every cache
-        key. Parsing costs several times the MPI call itself, so where both arguments have
-        a cheap signature (:func:`.caches.call_signature`) the result is kept for the next call.
+        key. Parsing costs several times the MPI call itself, so the result is kept for the
+        next call: for two plain arrays by their identity and layout
+        (:meth:`.caches.ParseCache.recall_arrays`), else where both arguments have a cheap
+        signature (:func:`.caches.call_signature`).
         """
+        if type(sendbuf) is _ndarray and type(recvbuf) is _ndarray:  # the usual call
+            parsed = self._parsed.recall_arrays(collective, sendbuf, recvbuf)
+            if parsed is None:
+                send, recv = self.parse_uncached(collective, sendbuf, recvbuf)
+                parsed = send, recv, self._layout_number((send.key(), recv.key()))
+                self._parsed.keep_arrays(collective, sendbuf, recvbuf, parsed)
+            return parsed
         signature = call_signature(sendbuf, recvbuf)
         if signature is not None:
             signature = (collective, signature)
@@ -339,35 +350,36 @@ class CommRuntime:
     def nonblocking(self, call: CallPlan, sendbuf, recvbuf) -> ScheduleRequest:
         """A nonblocking call on the next nonblocking channel; returns its started request."""
         send, recv, layout = self.parse(call.collective, sendbuf, recvbuf)
+        channels = self.channels
         with ENGINE.lock:
-            channel = self.channels.take_nonblocking()
+            channel = channels.take_nonblocking()
             if call.size_pass:
                 request = self._sized_request(call, send, recv, layout, channel, (sendbuf, recvbuf))
-            else:
-                request = self._nonblocking_request(call, send, recv, layout, channel, (sendbuf, recvbuf))
-            self.channels.hold_nonblocking(channel, request)
+            elif call.rebind:
+                request = self._rebound_request(call, send, recv, channel, (sendbuf, recvbuf))
+            else:  # the usual call: the idle executor of this layout and channel, or a new one
+                key = _call_key(call, layout, None)
+                idle = self._idle
+                pool = idle.recall(key)
+                if pool is None:
+                    pool = {}
+                    idle.keep(key, pool)
+                executor = pool.pop(channel, None)
+                if executor is None:
+                    executor = call.executor(self.private, self._schedule(call, send, recv, key, None), channel)
+                request = _PooledRequest(executor, self, key, pool, channel, (sendbuf, recvbuf))
+            channels.hold_nonblocking(channel, request)
         request.Start()
         return request
 
-    def _nonblocking_request(self, call, send, recv, layout, channel, keep) -> ScheduleRequest:
-        """A call whose schedule is known now: the idle executor of its channel, or a new one."""
+    def _rebound_request(self, call, send, recv, channel, keep) -> ScheduleRequest:
+        """A call of a rebinding wrapper: bound now, its executor freed once it completes."""
+        executor = call.executor(self.private, self.bind(call, send, recv), channel)
         channels = self.channels
-        if call.rebind:
-            executor = call.executor(self.private, self.bind(call, send, recv), channel)
 
-            def done(request):
-                channels.release_nonblocking(channel, request)
-                executor.free()
-        else:
-            key = _call_key(call, layout, None)
-            pool = self._idle.recall(key)
-            executor = pool.pop(channel, None) if pool is not None else None
-            if executor is None:
-                executor = call.executor(self.private, self._schedule(call, send, recv, key, None), channel)
-
-            def done(request):
-                channels.release_nonblocking(channel, request)
-                self._park(key, channel, executor)
+        def done(request):
+            channels.release_nonblocking(channel, request)
+            executor.free()
         return _request_for(executor, persistent=False, on_complete=done, keep=keep)
 
     def _sized_request(self, call, send, recv, layout, channel, keep) -> ScheduleRequest:
@@ -393,15 +405,15 @@ class CommRuntime:
         return ScheduleRequest(program, persistent=False, keep=keep,
                                on_complete=lambda request: channels.release_nonblocking(channel, request))
 
-    def _park(self, key, channel: int, executor: Executor) -> None:
-        """Keep the executor of a completed nonblocking call for the next call of ``key`` on ``channel``."""
-        if self.private == MPI.COMM_NULL:  # the communicator was freed while the call ran
+    def _park(self, key, pool: dict, channel: int, executor: Executor) -> None:
+        """Keep the executor of a completed nonblocking call for the next call of ``key`` on ``channel``.
+
+        ``pool`` is the one the call took the executor from; if it was dropped since (evicted,
+        ``release_caches``, the communicator freed while the call ran) the executor is freed.
+        """
+        if self._idle.get(key) is not pool:
             executor.free()
             return
-        pool = self._idle.recall(key)
-        if pool is None:
-            pool = {}
-            self._idle.keep(key, pool)
         earlier = pool.get(channel)
         if earlier is not None and earlier is not executor:
             earlier.free()
@@ -470,6 +482,34 @@ def _request_for(executor: Executor, **kwargs) -> ScheduleRequest:
     if len(steps) == 1:
         return ScheduleRequest(single=steps[0], **kwargs)
     return ScheduleRequest(lambda: steps, **kwargs)
+
+
+class _PooledRequest(ScheduleRequest):
+    """A nonblocking call running an executor of the idle pool: completing it releases its
+    channel and parks the executor for the next call of the same layout on that channel."""
+
+    __slots__ = ("_runtime", "_key", "_pool", "_channel", "_executor")
+
+    def __init__(self, executor: Executor, runtime: CommRuntime, key, pool: dict, channel: int, keep):
+        steps = executor.steps
+        if len(steps) == 1:  # handled by MPI alone, bypassing the engine
+            ScheduleRequest.__init__(self, single=steps[0], persistent=False, keep=keep)
+        else:
+            ScheduleRequest.__init__(self, lambda: steps, persistent=False, keep=keep)
+        self._runtime = runtime
+        self._key = key
+        self._pool = pool
+        self._channel = channel
+        self._executor = executor
+
+    def _complete(self) -> None:
+        runtime = self._runtime
+        if runtime is not None:
+            self._runtime = None
+            runtime.channels.release_nonblocking(self._channel, self)
+            runtime._park(self._key, self._pool, self._channel, self._executor)
+            self._key = self._pool = self._executor = None
+        ScheduleRequest._complete(self)
 
 
 def _free_pool(pool: dict) -> None:

@@ -40,6 +40,29 @@ _Testall = MPI.Request.Testall
 _Waitall = MPI.Request.Waitall
 _Waitany = MPI.Request.Waitany
 
+#: Stages of at most this many requests are started and waited for request by request
+#: (mpi4py's Startall and Waitall convert their list on every call, which costs more).
+FEW_REQUESTS = 2
+
+
+def start_stage(stage) -> None:
+    """Start the persistent requests of a stage."""
+    if len(stage) > FEW_REQUESTS:
+        _Startall(stage)
+    else:
+        for request in stage:
+            request.Start()
+
+
+def wait_stage(stage) -> None:
+    """Wait for every request of a started stage."""
+    if len(stage) > FEW_REQUESTS:
+        _Waitall(stage)
+    else:
+        for request in stage:
+            request.Wait()
+
+
 #: Seconds without progress driven by a sparsecoll call after which the progress thread steps in.
 PROGRESS_INTERVAL = float(os.environ.get("SPARSECOLL_PROGRESS_INTERVAL", "0.002"))
 #: Idle looks after which the progress thread sleeps until the next request.
@@ -189,7 +212,7 @@ class ScheduleRequest:
         """Run the remaining stages in order (no other request is in flight)."""
         try:
             while self._current is not None:
-                _Waitall(self._current)
+                wait_stage(self._current)
                 self._next_stage()
         except Exception as error:
             self._fail(error)
@@ -202,7 +225,7 @@ class ScheduleRequest:
             if self in ENGINE.pending:
                 ENGINE.pending.remove(self)
         else:
-            _Startall(stage)
+            start_stage(stage)
             self._current = stage
 
     def _fail(self, error) -> None:
@@ -221,7 +244,7 @@ class ScheduleRequest:
         self._error = None
         single = self._single
         if single is not None:
-            _Startall(single)
+            start_stage(single)
             self._current = single
             return
         with ENGINE.lock:
@@ -256,7 +279,7 @@ class ScheduleRequest:
             return True
         if self._current is not None:
             if self._single is not None and not ENGINE.pending:
-                _Waitall(self._current)
+                wait_stage(self._current)
                 self._current = None
             else:
                 with ENGINE.lock:
@@ -313,8 +336,8 @@ def run_stages(stages) -> None:
     """Run a blocking call's stages to completion, through the engine if requests are in flight."""
     if not ENGINE.pending:
         for requests in stages:
-            _Startall(requests)
-            _Waitall(requests)
+            start_stage(requests)
+            wait_stage(requests)
         return
     request = ScheduleRequest(lambda: stages, persistent=False)
     request.Start()

@@ -1,0 +1,108 @@
+"""The steps executor's wire representation: small messages to one peer joined, adjacent pieces joined.
+
+Runs in one process (messages to self on ``COMM_SELF``).
+"""
+
+from __future__ import annotations
+
+import numpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mpi4py import MPI
+
+import sparsecoll
+from sparsecoll.bind import BoundMessage
+from sparsecoll.execute.p2p import COALESCE_BYTES, COALESCE_MESSAGE_BYTES, coalesce, joined, message_bytes
+
+
+def _runs(messages) -> list:
+    """Per run: the peer and the byte size of each message it joined."""
+    return [(peer, [count * datatype.Get_size() for _, count, datatype in pieces])
+            for peer, pieces in coalesce(messages)]
+
+
+def test_small_messages_to_one_peer_are_joined_in_order():
+    small = [BoundMessage(1, ((1000 + 8 * k, 8, MPI.BYTE),)) for k in range(3)]
+    other = BoundMessage(2, ((5000, 2, MPI.INT32_T),))
+    large = BoundMessage(1, ((9000, COALESCE_MESSAGE_BYTES + 1, MPI.BYTE),))
+    runs = coalesce([small[0], other, small[1], large, small[2]])
+    assert runs == [(1, small[0].pieces + small[1].pieces), (2, other.pieces), (1, large.pieces), (1, small[2].pieces)]
+
+
+def test_a_run_stays_within_the_byte_limit():
+    messages = [BoundMessage(0, ((100_000 * k, COALESCE_MESSAGE_BYTES, MPI.BYTE),)) for k in range(20)]
+    runs = coalesce(messages)
+    per_run = COALESCE_BYTES // COALESCE_MESSAGE_BYTES
+    assert [len(pieces) for _, pieces in runs] == [per_run, per_run, 20 - 2 * per_run]
+    assert all(message_bytes(pieces) <= COALESCE_BYTES for _, pieces in runs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0, 1, 3, 500, 512, 513, 2048, 4096]))))
+def test_both_ends_cut_the_same_runs(edges):
+    """The sender's blocks (bytes) and the receiver's (4-byte integers, other addresses) of the
+    same edges give runs of the same sizes per peer, so every joined message has its match."""
+    sends = [BoundMessage(peer, ((10_000 * k, 4 * units, MPI.BYTE),)) for k, (peer, units) in enumerate(edges)]
+    recvs = [BoundMessage(peer, ((7 + 50_000 * k, units, MPI.INT32_T),)) for k, (peer, units) in enumerate(edges)]
+    for peer in range(3):
+        assert [run for run in _runs(sends) if run[0] == peer] == [run for run in _runs(recvs) if run[0] == peer]
+
+
+def test_adjacent_pieces_of_one_datatype_are_joined():
+    double = MPI.DOUBLE
+    assert joined(((800, 2, double), (816, 3, double), (840, 0, double), (840, 1, double))) == ((800, 6, double),)
+    assert joined(((800, 2, double), (900, 1, double))) == ((800, 2, double), (900, 1, double))
+    assert joined(((800, 2, MPI.INT64_T), (816, 1, double))) == ((800, 2, MPI.INT64_T), (816, 1, double))
+    assert joined(((800, 0, double), (900, 0, double))) == ((800, 0, double),)
+    pairs = MPI.DOUBLE.Create_resized(0, 16).Commit()  # every other double: extent 16
+    try:
+        assert joined(((800, 2, pairs), (832, 1, pairs))) == ((800, 3, pairs),)
+    finally:
+        pairs.Free()
+
+
+def _self_graph(edges: int):
+    return MPI.COMM_SELF.Create_dist_graph_adjacent([0] * edges, [0] * edges)
+
+
+def test_repeated_edges_to_one_rank_are_one_message_and_land_in_order():
+    graph = _self_graph(8)
+    try:
+        comm = sparsecoll.wrap(graph, "direct")
+        send = numpy.arange(16, dtype="i4")
+        recv = numpy.zeros(16, dtype="i4")
+        comm.Neighbor_alltoall(send, recv)
+        assert recv.tolist() == send.tolist()
+        request = comm.Neighbor_alltoall_init(send, recv)
+        steps = comm.runtime.requests_for(comm.runtime.bind_uncached(comm.plan, "alltoall", send, recv))
+        try:
+            assert [len(requests) for requests in steps.steps] == [2]  # one receive, one send
+        finally:
+            steps.free()
+        recv[:] = 0
+        send += 100
+        request.Start()
+        request.Wait()
+        request.Free()
+        assert recv.tolist() == send.tolist()
+        big = numpy.arange(8 * 1024, dtype="i4")  # 4 KiB blocks: one message per edge
+        out = numpy.zeros_like(big)
+        comm.Ineighbor_alltoall(big, out).Wait()
+        assert out.tolist() == big.tolist()
+    finally:
+        graph.Free()
+
+
+def test_a_periodic_dimension_of_size_one_keeps_the_cartesian_matching():
+    """Both neighbors are this rank; block 0 (sent in the negative direction) lands in block 1."""
+    cart = MPI.COMM_SELF.Create_cart([1, 1], periods=[True, True])
+    try:
+        comm = sparsecoll.wrap(cart, "direct")
+        send = numpy.arange(4, dtype="f8")
+        recv = numpy.zeros(4)
+        comm.Neighbor_alltoall(send, recv)
+        assert recv.tolist() == [1.0, 0.0, 3.0, 2.0]
+        comm.Neighbor_alltoallv([send, ([1, 1, 1, 1], [3, 2, 1, 0])], [recv, ([1, 1, 1, 1], [0, 1, 2, 3])])
+        assert recv.tolist() == [2.0, 3.0, 0.0, 1.0]
+    finally:
+        cart.Free()
