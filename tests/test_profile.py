@@ -125,3 +125,19 @@ def test_combining_is_charged_for_its_steps_and_wins_only_where_messages_dominat
 def test_size_classes():
     assert [choice.size_class(n) for n in (0, 1, 2, 3, 4, 8, 65536)] == [0, 1, 2, 2, 3, 4, 17]
     assert choice.CLASS_BYTES[4] > 8 and choice.CLASS_BYTES[4] < 16
+
+
+def test_small_messages_to_one_peer_are_charged_as_the_executor_sends_them():
+    """direct's executor joins small messages of a step to one peer; the library does not."""
+    from sparsecoll.algorithms.direct import direct_pattern
+    from sparsecoll.topology import graph_topology
+    topology = graph_topology(0, 2, [1] * 4, [1] * 4)  # four edges each way, all to rank 1
+    pattern = direct_pattern(topology, "alltoall")
+    load = BUILTIN.loads[0]
+    overhead = load.levels["socket"]["overhead"]
+    ours = choice.pattern_cost(pattern, load)
+    library = choice.pattern_cost(pattern, load, native=True)
+    small, large = choice.size_class(8), choice.size_class(1 << 16)
+    assert ours.by_class[small] == pytest.approx(2 * overhead)  # one send and one receive on the wire
+    assert ours.by_class[large] == pytest.approx(8 * overhead)  # large blocks go one by one
+    assert library.by_class[small] == library.by_class[large] == pytest.approx(8 * overhead)

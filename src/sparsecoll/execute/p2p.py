@@ -43,30 +43,37 @@ def message_bytes(pieces) -> int:
     return sum(count * datatype.Get_size() for _, count, datatype in pieces)
 
 
-def coalesce(messages) -> list:
-    """``[(peer, pieces)]``: the messages of one step and direction, small ones to one peer joined.
+def wire_runs(peers, sizes) -> list:
+    """The messages of one step and direction as they go on the wire: lists of their indices.
 
     Walking the messages in order, a message of at most :data:`COALESCE_MESSAGE_BYTES` joins
     the open run of its peer while the run stays within :data:`COALESCE_BYTES`; otherwise it
     opens a new run (a larger message goes alone and closes its peer's run). Both ends of a
     pair cut the same runs: they list the messages of a step between them in the same
     order (the n-th send matches the n-th receive), and MPI requires the blocks of matching
-    edges to have equal type signatures, so both see the same sequence of byte sizes. The
-    pieces of a run keep that order, so a joined message matches item by item.
+    edges to have equal type signatures, so both see the same sequence of byte sizes.
+    (The cost model charges sparsecoll's schedules for these runs, not for the Pattern's messages.)
     """
-    runs = []  # [peer, pieces, bytes]
+    runs = []  # [indices, bytes]
     open_runs = {}  # peer -> its run still open to small messages
-    for message in messages:
-        size = message_bytes(message.pieces)
-        run = open_runs.get(message.peer)
-        if size <= COALESCE_MESSAGE_BYTES and run is not None and run[2] + size <= COALESCE_BYTES:
-            run[1].extend(message.pieces)
-            run[2] += size
+    for index, (peer, size) in enumerate(zip(peers, sizes)):
+        run = open_runs.get(peer)
+        if size <= COALESCE_MESSAGE_BYTES and run is not None and run[1] + size <= COALESCE_BYTES:
+            run[0].append(index)
+            run[1] += size
             continue
-        run = [message.peer, list(message.pieces), size]
+        run = [[index], size]
         runs.append(run)
-        open_runs[message.peer] = run if size <= COALESCE_MESSAGE_BYTES else None
-    return [(peer, tuple(pieces)) for peer, pieces, _ in runs]
+        open_runs[peer] = run if size <= COALESCE_MESSAGE_BYTES else None
+    return [indices for indices, _ in runs]
+
+
+def coalesce(messages) -> list:
+    """``[(peer, pieces)]``: the bound messages of one step and direction, small ones to one peer
+    joined (:func:`wire_runs`); the pieces of a run keep their order, so a joined message matches
+    item by item."""
+    runs = wire_runs([m.peer for m in messages], [message_bytes(m.pieces) for m in messages])
+    return [(messages[run[0]].peer, tuple(piece for i in run for piece in messages[i].pieces)) for run in runs]
 
 
 def joined(pieces) -> tuple:

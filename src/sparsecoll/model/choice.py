@@ -10,8 +10,11 @@ of the 2023 paper's eq. 4 charges a rank both), ``alpha``, ``beta`` and ``overhe
 of the message's placement level (``self``, ``socket``, ``node``, ``network``), ``per_call`` is
 sparsecoll's (or, for ``native``, the library's) cost of one call of that form, and
 ``per_step`` sparsecoll's cost of one scheduling round (``native`` runs one step and pays no
-``per_step``). So a multi-step schedule is charged for what it costs here, and every
-candidate's time is linear in ``m``: ``fixed[form] + per_byte * m`` (:class:`Cost`).
+``per_step``). So a multi-step schedule is charged for what it costs here. sparsecoll's
+executor sends the small messages of a step to one peer as one
+(:func:`sparsecoll.execute.p2p.wire_runs`), so its messages are counted per size class as they
+go on the wire; the library sends one message per edge. A candidate's time is
+``fixed[form] + by_class[class] + per_byte * m`` (:class:`Cost`).
 
 Candidates are every registered algorithm that supports the topology and family, and
 ``native`` (the library's call, whose schedule is ``direct``'s one step). Algorithms that
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 import numpy
 
 from .. import algorithms
+from ..execute.p2p import wire_runs
 from ..pattern import Pattern
 from . import paper2023
 from .profile import FORMS, Load
@@ -58,17 +62,21 @@ CLASS_BYTES = numpy.array([0.0] + [2.0 ** (k - 1) * math.sqrt(2.0) for k in rang
 
 @dataclass(frozen=True)
 class Cost:
-    """One rank's predicted time of one candidate: ``fixed[form] + per_byte * m`` seconds, and its counts."""
+    """One rank's predicted time of one candidate, ``fixed[form] + by_class[class] + per_byte * m``
+    seconds (``by_class``: the per-message costs, which depend on how many messages go on the
+    wire at that size), and its counts (``messages``: sends at the smallest class)."""
 
     fixed: tuple  # one per form of FORMS
     per_byte: float
     steps: int
     messages: int
     estimated: bool = False
+    by_class: tuple = (0.0,) * CLASSES
 
     def seconds(self) -> numpy.ndarray:
         """The time per form (rows) and size class (columns)."""
-        return numpy.asarray(self.fixed)[:, None] + self.per_byte * CLASS_BYTES[None, :]
+        return (numpy.asarray(self.fixed)[:, None] + numpy.asarray(self.by_class)[None, :]
+                + self.per_byte * CLASS_BYTES[None, :])
 
 
 def _level_of(placement, rank: int):
@@ -84,21 +92,30 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
     per_call = load.native_per_call if native else load.sparsecoll_per_call
     per_step = 0.0 if native else load.sparsecoll_per_step
     fixed = per_byte = 0.0
+    by_class = numpy.zeros(CLASSES)
     steps = messages = 0
     for step in pattern.steps:
-        traffic = list(step.sends) + list(step.recvs)
-        if not traffic:
+        if not (step.sends or step.recvs):
             continue
         steps += 1
-        messages += len(step.sends)
         latency = 0.0
-        for message in traffic:
-            params = load.levels[level_of(message.peer)]
-            latency = max(latency, params["alpha"])
-            fixed += params["overhead"]
-            per_byte += len(message.items) * params["beta"]
+        for direction in (step.sends, step.recvs):
+            params = [load.levels[level_of(message.peer)] for message in direction]
+            items = [len(message.items) for message in direction]
+            for level, count in zip(params, items):
+                latency = max(latency, level["alpha"])
+                per_byte += count * level["beta"]
+            if native:
+                by_class += sum(level["overhead"] for level in params)
+                continue
+            peers = [message.peer for message in direction]
+            for c in range(CLASSES):  # the messages that go on the wire at this block size
+                runs = wire_runs(peers, [count * CLASS_BYTES[c] for count in items])
+                by_class[c] += sum(params[run[0]]["overhead"] for run in runs)
         fixed += per_step + latency
-    return Cost(tuple(per_call[form] + fixed for form in FORMS), per_byte, steps, messages)
+        messages += len(step.sends)
+    return Cost(tuple(per_call[form] + fixed for form in FORMS), per_byte, steps, messages,
+                by_class=tuple(by_class.tolist()))
 
 
 def _mean_level(topology, load: Load, placement) -> dict:
