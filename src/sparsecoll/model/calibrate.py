@@ -159,7 +159,7 @@ PROFILE_EDGES = 4
 
 
 def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_beta: float,
-                     one_way: float, trivial_steps: int, base) -> object:
+                     one_way: float, trivial_steps: int, base, direct_wire_messages: int = PROFILE_EDGES) -> object:
     """A profile :class:`~sparsecoll.model.profile.Load` from the calibration's medians.
 
     ``times[(variant, form, edges, block)]`` is the median over repetitions of the maximum
@@ -171,8 +171,9 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
       sends and as many more receives);
     * ``beta``: native, one edge, 64 KiB against 8 B, per byte sent and received;
     * ``alpha``: the one-way time of an 8 B ping-pong less two overheads;
-    * ``per_step``: ``cartesian_trivial`` against ``direct`` with the same ``k`` messages:
-      ``(T_trivial - T_direct) / (steps - 1) - alpha``;
+    * ``per_step``: ``cartesian_trivial`` (``steps`` rounds of one message) against ``direct``
+      with the same ``k`` edges, which its executor sends as ``w`` = ``direct_wire_messages``
+      messages (one per peer at 8 B): ``(T_trivial - T_direct - 2 (steps - w) o) / (steps - 1) - alpha``;
     * ``per_call[form]``: the one-edge 8 B call less what the model charges its one step.
 
     The measured pair is ``pair_level`` (the ring neighbors' placement level); levels
@@ -190,8 +191,9 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
                / (2 * (large - small)), 0.0)
     alpha = max(one_way - 2 * overhead - small * beta, 0.0)
     one_message = alpha + 2 * (overhead + small * beta)
-    per_step = max((times[("trivial", "blocking", k, small)] - times[("direct", "blocking", k, small)])
-                   / max(trivial_steps - 1, 1) - alpha, 0.0)
+    extra_messages = 2 * (trivial_steps - direct_wire_messages) * overhead
+    per_step = max((times[("trivial", "blocking", k, small)] - times[("direct", "blocking", k, small)]
+                    - extra_messages) / max(trivial_steps - 1, 1) - alpha, 0.0)
     native = {form: max(times[("native", form, 1, small)] - one_message, 0.0) for form in FORMS}
     ours = {form: max(times[("direct", form, 1, small)] - one_message - per_step, 0.0) for form in FORMS}
     measured = {"alpha": alpha, "beta": beta, "overhead": overhead}

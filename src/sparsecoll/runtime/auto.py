@@ -157,21 +157,30 @@ class AutoDispatch:
         return self.fallback[f][size_class]
 
     def explain(self, form: str = "blocking", block_bytes: int = 8) -> dict:
-        """What a call of ``form`` with ``block_bytes`` blocks runs, with every candidate's prediction."""
+        """What a call of ``form`` with ``block_bytes`` blocks runs, with every candidate's prediction.
+
+        ``algorithm`` is what the next such call runs; ``predicted_winner`` differs from it while
+        the winner is a protocol candidate not built yet (it is built at the :data:`REPEATS`-th call
+        of the size class, or for a persistent request).
+        """
         f = FORMS.index(form)
         size_class = self.pinned if self.pinned is not None else model.size_class(block_bytes)
         family = self._family
         predicted = {name: float(seconds[f, size_class]) for name, seconds in family.seconds.items()}
-        chosen = model.NATIVE if form in self._library_only else self.table[f][size_class]
+        winner = model.NATIVE if form in self._library_only else self.table[f][size_class]
+        runs = winner if winner == model.NATIVE or family.built(winner) else self.fallback[f][size_class]
         native = predicted[model.NATIVE]
         best = min((n for n in predicted if n != model.NATIVE), key=predicted.get, default=None)
-        if chosen == model.NATIVE:
+        if winner == model.NATIVE:
             why = (f"no candidate is predicted at most {model.NATIVE_MARGIN} x native's time"
                    + (f" (best: {best}, {predicted[best] / native:.2f} x)" if best else ""))
         else:
-            why = f"{chosen} is predicted at {predicted[chosen] / native:.2f} x native's time, the least"
-        return {"algorithm": chosen, "form": form, "block_bytes": block_bytes, "size_class": size_class,
-                "pinned": self.pinned is not None, "predicted_seconds": predicted,
+            why = f"{winner} is predicted at {predicted[winner] / native:.2f} x native's time, the least"
+        if runs != winner:
+            why += (f"; it is estimated, not built: calls run {runs} until the {REPEATS}th call of this size "
+                    f"(or a persistent request) builds it")
+        return {"algorithm": runs, "predicted_winner": winner, "form": form, "block_bytes": block_bytes,
+                "size_class": size_class, "pinned": self.pinned is not None, "predicted_seconds": predicted,
                 "estimated": sorted(n for n in predicted if n != model.NATIVE and not family.built(n)),
                 "reason": why, "profile": family.profile.describe(), "ranks_per_core": family.ranks_per_core,
                 "load_ranks_per_core": family.load.ranks_per_core, "placement": str(family.placement)}

@@ -145,9 +145,9 @@ def _main_profile(comm, args) -> int:
     pair_level = placement.pair_class(0, 1)
     ranks_per_core = min(comm.Get_size(), placement.L * placement.S) / usable_cores()
     start = time.perf_counter()
-    times, trivial_steps, one_way = measure(comm, args.reps, say)
+    times, trivial_steps, peers, one_way = measure(comm, args.reps, say)
     load = fit_profile_load(times, ranks_per_core, pair_level, copy_seconds_per_byte(), one_way, trivial_steps,
-                            BUILTIN.loads[0])
+                            BUILTIN.loads[0], direct_wire_messages=peers)
     if rank == 0:
         path = args.out or default_path()
         library = library_name()

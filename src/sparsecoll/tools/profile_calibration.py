@@ -41,7 +41,8 @@ def _caller(comm, form: str, send, recv):
 
 
 def measure(world, reps: int, progress=print) -> tuple:
-    """``(times, trivial_steps, one_way)``: the medians the profile fit needs (collective over ``world``)."""
+    """``(times, trivial_steps, peers, one_way)``: the medians the profile fit needs, the rounds of
+    ``cartesian_trivial`` and the distinct peers of the many-edge grid (collective over ``world``)."""
     size = world.Get_size()
     small, large, k = PROFILE_SMALL, PROFILE_LARGE, PROFILE_EDGES
     wanted = [(name, form, 1, small) for name in ("native", "direct") for form in FORMS]
@@ -59,6 +60,7 @@ def measure(world, reps: int, progress=print) -> tuple:
         calls[(name, form, edges, block)] = _caller(wrap(grids[edges], algorithm[name]), form, send, recv)
     trivial = wrap(grids[k], "cartesian_trivial")
     trivial_steps = trivial.plan_stats("alltoall")["steps"]
+    peers = len(set(trivial.topology.destinations))
     progress(f"calibrate: {len(calls)} variants x {reps} interleaved repetitions on {size} ranks")
     keys = list(calls)
     samples = numpy.zeros((reps, len(keys)))
@@ -84,7 +86,7 @@ def measure(world, reps: int, progress=print) -> tuple:
             request.Free()
     for comm in comms:
         comm.Free()
-    return times, trivial_steps, one_way
+    return times, trivial_steps, peers, one_way
 
 
 def copy_seconds_per_byte(nbytes: int = 1 << 22, reps: int = 20) -> float:

@@ -247,19 +247,19 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
             comm = wrap(workload.comm, name, rebind=(mode == "nonpersistent" and name != "native"))
             world.Barrier()
             calls[(name, mode)] = Call(comm, collective, make_buffers(workload, collective, size), mode)
+    first = {variant: _max_over_ranks(world, call.first_seconds) for variant, call in calls.items()}
+    for _ in range(warmup):
+        for call in calls.values():
+            call()
+    samples, binds = _interleaved(world, workload.comm, calls, reps)
     chosen, predicted = {}, {}
-    if AUTO in algorithms:  # auto decided at its first call (in Call): what it runs, and that one's numbers
+    if AUTO in algorithms:  # what auto ran at the end (its first call decided), and that algorithm's numbers
         for mode in modes:
             stats = calls[(AUTO, mode)].comm.plan_stats(collective, block_bytes=size, form=FORM_OF_MODE[mode])
             chosen[mode] = stats["algorithm"]
             predicted[mode] = stats["auto"]["predicted_seconds"]
         for name in set(chosen.values()) - set(setup):
             setup[name] = _set_up(world, workload, collective, size, name, phase_reps, phase1_cache)
-    first = {variant: _max_over_ranks(world, call.first_seconds) for variant, call in calls.items()}
-    for _ in range(warmup):
-        for call in calls.values():
-            call()
-    samples, binds = _interleaved(world, workload.comm, calls, reps)
     reference = None if "native" in algorithms else native_reference(workload, collective, size)
     results = []
     for mode in modes:
