@@ -128,6 +128,13 @@ class AutoDispatch:
         self.table = model.decide(family.seconds)
         built = {name: s for name, s in family.seconds.items() if family.built(name)}
         self.fallback = model.decide(built)
+        self._uniform = {}  # form -> the algorithm every call of it runs, when it is one for every size
+        for f, form in enumerate(FORMS):
+            row = self.table[f]
+            names = {row[self.pinned]} if self.pinned is not None else set(row)
+            name = names.pop() if len(names) == 1 else None
+            if name is not None and (name == model.NATIVE or family.built(name)) and not self._plan.verify_choice:
+                self._uniform[form] = name
 
     def native_forms(self) -> tuple:
         """Forms whose every call goes to the library, decided now for good (the wrapper may then
@@ -143,6 +150,9 @@ class AutoDispatch:
         """The algorithm this call runs (may build a protocol candidate: collective, see the module)."""
         if form in self._library_only:
             return model.NATIVE
+        uniform = self._uniform.get(form)
+        if uniform is not None:
+            return uniform
         f = FORMS.index(form)
         name = self.table[f][size_class]
         if name == model.NATIVE or self._family.built(name):
@@ -199,8 +209,10 @@ class AutoDispatch:
 
     def blocking(self, _, sendbuf, recvbuf):
         """A blocking call: the chosen algorithm (timed against native while ``verify_choice`` checks it)."""
-        size_class = self._size_class(sendbuf, recvbuf)
-        name = self.choose("blocking", size_class)
+        name = self._uniform.get("blocking")
+        if name is None:
+            size_class = self._size_class(sendbuf, recvbuf)
+            name = self.choose("blocking", size_class)
         if self._plan.verify_choice and name != model.NATIVE:
             name = self._trial(size_class, name, sendbuf, recvbuf)
             if name is None:
@@ -212,7 +224,7 @@ class AutoDispatch:
 
     def nonblocking(self, _, sendbuf, recvbuf):
         """A nonblocking call of the chosen algorithm; returns its request."""
-        name = self.choose("nonblocking", self._size_class(sendbuf, recvbuf))
+        name = self._uniform.get("nonblocking") or self.choose("nonblocking", self._size_class(sendbuf, recvbuf))
         if name == model.NATIVE:
             return self._native["nonblocking"](sendbuf, recvbuf)
         call = self._call_plan(name)
