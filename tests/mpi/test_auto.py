@@ -37,6 +37,11 @@ def scaled_profile(per_call: float, per_step: float, overhead: float, beta: floa
                    source=f"test: per_call x{per_call:g}, per_step x{per_step:g}, overhead x{overhead:g}")
 
 
+def assert_same_on_every_rank(value) -> None:
+    """Every rank holds the same ``value`` (collective)."""
+    assert WORLD.allgather(value) == [value] * SIZE
+
+
 def random_graph(seed: int, density: float):
     """A random directed graph (the same on every rank for one seed), as a dist graph."""
     rng = random.Random(seed)
@@ -85,7 +90,7 @@ def test_the_choice_is_identical_on_every_rank(seed, density, per_call, per_step
                 assert numpy.array_equal(got, expected), (collective, nbytes)
                 chosen = [comm.resolved_algorithm(collective, block_bytes=b, form=form)
                           for b in SIZES for form in ("blocking", "nonblocking", "persistent")]
-                assert WORLD.allgather(chosen) == [chosen] * SIZE
+                assert_same_on_every_rank(chosen)
     finally:
         raw.Free()
 
@@ -127,7 +132,7 @@ def test_rank_dependent_sizes_decide_once_for_all_calls():
             assert numpy.array_equal(got, expected)
         explained = comm.plan_stats("alltoallv", block_bytes=8 * (1 + RANK))["auto"]
         assert explained["pinned"]
-        assert WORLD.allgather(explained["algorithm"]) == [explained["algorithm"]] * SIZE
+        assert_same_on_every_rank(explained["algorithm"])
         allgather = exchange(comm, raw, "allgather", 8)
         assert numpy.array_equal(*allgather)
         assert not comm.plan_stats("allgather")["auto"]["pinned"]  # every rank passed 8 bytes
@@ -165,7 +170,7 @@ def test_verify_choice_agrees_on_every_rank():
         for _ in range(2 * TRIALS + 3):
             assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
         chosen = comm.resolved_algorithm("alltoall")
-        assert WORLD.allgather(chosen) == [chosen] * SIZE
+        assert_same_on_every_rank(chosen)
     finally:
         raw.Free()
 
