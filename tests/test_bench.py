@@ -68,6 +68,14 @@ def _check_modes_and_phases(results, console):
                 assert entry["binds_per_call"] == persistent["binds_per_call"] == 0
                 assert all(entry[key] is None for key in PHASE_FIELDS)
                 continue
+            if name == "auto":  # it runs what it chose, per mode; its cell names it
+                for mode, chosen in (("nonpersistent", entry), ("persistent", persistent)):
+                    assert chosen["chosen"] in modes[mode]["algorithms"], (topology, mode, chosen["chosen"])
+                    assert all(chosen[key] is None for key in PHASE_FIELDS)
+                    assert f"={chosen['chosen']}" in console
+                assert entry["binds_per_call"] == (0 if entry["chosen"] == "native" else 1)
+                assert persistent["binds_per_call"] == 0
+                continue
             # non-persistent calls bind on every call; persistent requests never during the timed calls
             assert entry["binds_per_call"] == 1 and persistent["binds_per_call"] == 0, (topology, name)
             assert entry["phase1_seconds"] > 0 and entry["phase2_seconds"] >= entry["phase2_bind_seconds"] > 0
@@ -78,7 +86,7 @@ def _check_modes_and_phases(results, console):
             assert entry["plan"]["bytes_max"] > 0 and entry["plan"]["bytes_max"] % size == 0
     rows = phase_rows(results)
     assert {(t, c, n) for t, c, n, *_ in rows} == {(r["topology"], r["collective"], n) for r in results
-                                                   for n in r["algorithms"] if n != "native"}
+                                                   for n in r["algorithms"] if n not in ("native", "auto")}
     assert all(set(phase2) == {8, 64} for *_, phase2 in rows)
     assert "Phase 1" in console and "Phase 2, 64 B" in console
     wall, cpu = rows[0][3]
