@@ -156,31 +156,41 @@ def fit_loggp_bursts(counts, count_seconds, sizes, size_seconds, smallest: int) 
 PROFILE_SMALL, PROFILE_LARGE = 8, 65536
 #: Messages per rank of the many-message variants (``k`` edges to the ring neighbors).
 PROFILE_EDGES = 4
+#: The stencil the multi-step costs are fitted on: 2-D 9-point, periodic.
+PROFILE_STENCIL = [(dx, dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1) if (dx, dy) != (0, 0)]
 
 
 def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_beta: float,
-                     one_way: float, trivial_steps: int, base, direct_wire_messages: int = PROFILE_EDGES) -> object:
+                     one_way: float, base, stencil: dict) -> object:
     """A profile :class:`~sparsecoll.model.profile.Load` from the calibration's medians.
 
     ``times[(variant, form, edges, block)]`` is the median over repetitions of the maximum
-    over ranks of one call, ``variant`` one of ``native``, ``direct``, ``trivial`` (the
-    ``cartesian_trivial`` schedule: ``trivial_steps`` rounds of one message). With ``o`` the
-    per-message overhead, ``beta`` the time per byte, ``alpha`` the latency:
+    over ranks of one call on the ring (``edges`` edges to the ring neighbors), ``variant``
+    ``native`` or ``direct``; ``stencil[(algorithm, family, form, block)] = (seconds, Pattern)``
+    the same on the 9-point stencil, with this rank's Pattern. With ``o`` the per-message
+    overhead, ``beta`` the time per byte, ``alpha`` the latency:
 
-    * ``o``: native, ``k`` edges against one, 8 B: ``(T_k - T_1) / (2 (k-1))`` (``k-1`` more
-      sends and as many more receives);
-    * ``beta``: native, one edge, 64 KiB against 8 B, per byte sent and received;
+    * ``o``: native on the ring, ``k`` edges against one, 8 B: ``(T_k - T_1) / (2 (k-1))``;
+    * ``beta``: native on the ring, one edge, 64 KiB against 8 B, per byte sent and received;
     * ``alpha``: the one-way time of an 8 B ping-pong less two overheads;
-    * ``per_step``: ``cartesian_trivial`` (``steps`` rounds of one message) against ``direct``
-      with the same ``k`` edges, which its executor sends as ``w`` = ``direct_wire_messages``
-      messages (one per peer at 8 B): ``(T_trivial - T_direct - 2 (steps - w) o) / (steps - 1) - alpha``;
-    * ``per_call[form]``: the one-edge 8 B call less what the model charges its one step.
+    * the library's ``per_call[form]``: its one-edge 8 B ring call less what the model charges
+      its one step;
+    * sparsecoll's ``per_call[form]`` (blocking, persistent): the library's plus the measured
+      difference ``direct`` - library on the stencil at 8 B less the difference the model
+      charges their messages; nonblocking from the ring like the library's;
+    * ``per_step``: the largest over both families of what makes the model's difference
+      ``cartesian`` - ``direct`` at 8 B equal the measured one, per extra step;
+    * ``combined_factor``: the same at 64 KiB, per byte of combined messages.
 
-    The measured pair is ``pair_level`` (the ring neighbors' placement level); levels
-    further out keep ``base``'s parameters where they are larger (they cannot be measured
-    on one node), nearer ones take the measured values; ``self`` copies at ``copy_beta``.
-    All values are clipped at 0.
+    So the model charges sparsecoll's schedules what they cost on a neighborhood of the
+    kind users run. The measured pair is ``pair_level`` (the ring neighbors' placement
+    level); levels further out keep ``base``'s parameters where they are larger (they cannot
+    be measured on one node), nearer ones take the measured values; ``self`` copies at
+    ``copy_beta``. All values are clipped at 0 (``combined_factor`` at 1, at most 100).
     """
+    from dataclasses import replace
+
+    from .choice import pattern_cost, size_class
     from .profile import FORMS, LEVELS, Load
 
     k = PROFILE_EDGES
@@ -191,11 +201,8 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
                / (2 * (large - small)), 0.0)
     alpha = max(one_way - 2 * overhead - small * beta, 0.0)
     one_message = alpha + 2 * (overhead + small * beta)
-    extra_messages = 2 * (trivial_steps - direct_wire_messages) * overhead
-    per_step = max((times[("trivial", "blocking", k, small)] - times[("direct", "blocking", k, small)]
-                    - extra_messages) / max(trivial_steps - 1, 1) - alpha, 0.0)
     native = {form: max(times[("native", form, 1, small)] - one_message, 0.0) for form in FORMS}
-    ours = {form: max(times[("direct", form, 1, small)] - one_message - per_step, 0.0) for form in FORMS}
+    ours = {form: max(times[("direct", form, 1, small)] - one_message, 0.0) for form in FORMS}
     measured = {"alpha": alpha, "beta": beta, "overhead": overhead}
     levels = {"self": {"alpha": 0.0, "beta": copy_beta, "overhead": overhead}}
     position = LEVELS.index(pair_level)
@@ -204,4 +211,35 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
             levels[level] = dict(measured)
         else:
             levels[level] = {name: max(value, base.levels[level][name]) for name, value in measured.items()}
-    return Load(ranks_per_core, levels, ours, per_step, native)
+    load = Load(ranks_per_core, levels, ours, 0.0, native, 1.0)
+
+    def gap(algorithm: str, reference: str, family: str, form: str, block: int, fitted: Load) -> tuple:
+        """Measured minus predicted difference ``algorithm - reference`` and the two predicted Costs."""
+        f, c = FORMS.index(form), size_class(block)
+        costs = [pattern_cost(stencil[(name, family, form, block)][1], fitted, native=name == "native")
+                 for name in (algorithm, reference)]
+        predicted = costs[0].seconds()[f, c] - costs[1].seconds()[f, c]
+        measured_gap = stencil[(algorithm, family, form, block)][0] - stencil[(reference, family, form, block)][0]
+        return measured_gap - predicted, costs
+
+    families = ("alltoall", "allgather")
+    for form in ("blocking", "persistent"):
+        missing = max(gap("direct", "native", family, form, small, load)[0] for family in families)
+        ours[form] = max(native[form] + missing, 0.0)
+    load = replace(load, sparsecoll_per_call=dict(ours))
+    per_step = 0.0
+    for family in families:
+        missing, costs = gap("cartesian", "direct", family, "blocking", small, load)
+        extra_steps = costs[0].steps - costs[1].steps
+        if extra_steps > 0:
+            per_step = max(per_step, missing / extra_steps)
+    load = replace(load, sparsecoll_per_step=per_step)
+    factor = 1.0
+    for family in families:
+        missing, _ = gap("cartesian", "direct", family, "blocking", large, load)
+        pattern = stencil[("cartesian", family, "blocking", large)][1]
+        combined = sum(len(m.items) * large * levels[pair_level]["beta"] for step in pattern.steps
+                       for direction in (step.sends, step.recvs) for m in direction if len(m.items) > 1)
+        if combined > 0:
+            factor = max(factor, 1.0 + missing / combined)
+    return replace(load, combined_factor=min(factor, 100.0))

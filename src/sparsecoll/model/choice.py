@@ -10,7 +10,9 @@ of the 2023 paper's eq. 4 charges a rank both), ``alpha``, ``beta`` and ``overhe
 of the message's placement level (``self``, ``socket``, ``node``, ``network``), ``per_call`` is
 sparsecoll's (or, for ``native``, the library's) cost of one call of that form, and
 ``per_step`` sparsecoll's cost of one scheduling round (``native`` runs one step and pays no
-``per_step``). So a multi-step schedule is charged for what it costs here. sparsecoll's
+``per_step``), and a byte in a message that combines several blocks costs ``combined_factor``
+times ``beta`` (the library moves it as a derived datatype). So a multi-step schedule is
+charged for what it costs here. sparsecoll's
 executor sends the small messages of a step to one peer as one
 (:func:`sparsecoll.execute.p2p.wire_runs`), so its messages are counted per size class as they
 go on the wire; the library sends one message per edge. A candidate's time is
@@ -91,6 +93,7 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
     level_of = _level_of(placement, pattern.rank)
     per_call = load.native_per_call if native else load.sparsecoll_per_call
     per_step = 0.0 if native else load.sparsecoll_per_step
+    combined = 1.0 if native else load.combined_factor
     fixed = per_byte = 0.0
     by_class = numpy.zeros(CLASSES)
     steps = messages = 0
@@ -104,7 +107,7 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
             items = [len(message.items) for message in direction]
             for level, count in zip(params, items):
                 latency = max(latency, level["alpha"])
-                per_byte += count * level["beta"]
+                per_byte += count * level["beta"] * (combined if count > 1 else 1.0)
             if native:
                 by_class += sum(level["overhead"] for level in params)
                 continue
@@ -129,7 +132,8 @@ def _mean_level(topology, load: Load, placement) -> dict:
 def _estimate(load: Load, params: dict, steps: int, sends: float, items: float) -> Cost:
     """A Cost from counts: ``steps`` rounds, ``sends`` messages (as many received), ``items`` blocks sent."""
     fixed = steps * (load.sparsecoll_per_step + params["alpha"]) + 2 * sends * params["overhead"]
-    return Cost(tuple(load.sparsecoll_per_call[form] + fixed for form in FORMS), 2 * items * params["beta"],
+    per_byte = 2 * items * params["beta"] * load.combined_factor  # forwarded blocks travel combined
+    return Cost(tuple(load.sparsecoll_per_call[form] + fixed for form in FORMS), per_byte,
                 steps, int(round(sends)), estimated=True)
 
 

@@ -9,8 +9,10 @@ oversubscribed), each with
   Hockney latency ``alpha`` (s), time per byte ``beta`` (s/byte) and per-message CPU
   ``overhead`` (s, paid for every send and every receive);
 * ``sparsecoll``: the software cost of sparsecoll's own executor, ``per_call`` by form
-  (``blocking``, ``nonblocking``, ``persistent``) and ``per_step`` (the scheduling round a
-  multi-step schedule pays between its steps);
+  (``blocking``, ``nonblocking``, ``persistent``), ``per_step`` (the scheduling round a
+  multi-step schedule pays between its steps) and ``combined_factor`` (optional, default 1:
+  how many times ``beta`` a byte costs in a message that combines several blocks, which the
+  library moves as a derived datatype);
 * ``native``: the MPI library's own ``per_call`` cost by form.
 
 :mod:`sparsecoll.model.choice` turns these and a Pattern into a predicted time. Profiles
@@ -50,11 +52,13 @@ class Load:
     sparsecoll_per_call: dict  # form -> seconds
     sparsecoll_per_step: float
     native_per_call: dict  # form -> seconds
+    combined_factor: float = 1.0
 
     def to_json(self) -> dict:
         """A JSON-ready dict (the file's ``loads`` entries)."""
         return {"ranks_per_core": self.ranks_per_core, "levels": self.levels,
-                "sparsecoll": {"per_call": self.sparsecoll_per_call, "per_step": self.sparsecoll_per_step},
+                "sparsecoll": {"per_call": self.sparsecoll_per_call, "per_step": self.sparsecoll_per_step,
+                               "combined_factor": self.combined_factor},
                 "native": {"per_call": self.native_per_call}}
 
 
@@ -172,8 +176,12 @@ class _Reader:
         ranks_per_core = self.number(entry, "ranks_per_core", key)
         if ranks_per_core == 0:
             self.fail(f"{key}.ranks_per_core", "expected a positive number")
+        combined = self.number(ours, "combined_factor", f"{key}.sparsecoll") if "combined_factor" in ours else 1.0
+        if combined < 1:
+            self.fail(f"{key}.sparsecoll.combined_factor", f"expected at least 1, got {combined!r}")
         return Load(ranks_per_core, checked, self.per_form(ours, f"{key}.sparsecoll"),
-                    self.number(ours, "per_step", f"{key}.sparsecoll"), self.per_form(library, f"{key}.native"))
+                    self.number(ours, "per_step", f"{key}.sparsecoll"), self.per_form(library, f"{key}.native"),
+                    combined)
 
 
 def _level(alpha: float, beta: float, overhead: float) -> dict:
@@ -190,7 +198,8 @@ BUILTIN = Profile(
                 "node": _level(1e-6, 3e-10, 0.3e-6), "network": _level(3e-6, 1e-9, 0.5e-6)},
         sparsecoll_per_call={"blocking": 3e-6, "nonblocking": 4e-6, "persistent": 2e-6},
         sparsecoll_per_step=3e-6,
-        native_per_call={"blocking": 1e-6, "nonblocking": 1.5e-6, "persistent": 1e-6}),),
+        native_per_call={"blocking": 1e-6, "nonblocking": 1.5e-6, "persistent": 1e-6},
+        combined_factor=3.0),),
     source="built-in conservative profile (run `sparsecoll calibrate` for this machine's)",
 )
 

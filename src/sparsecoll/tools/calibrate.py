@@ -145,9 +145,9 @@ def _main_profile(comm, args) -> int:
     pair_level = placement.pair_class(0, 1)
     ranks_per_core = min(comm.Get_size(), placement.L * placement.S) / usable_cores()
     start = time.perf_counter()
-    times, trivial_steps, peers, one_way = measure(comm, args.reps, say)
-    load = fit_profile_load(times, ranks_per_core, pair_level, copy_seconds_per_byte(), one_way, trivial_steps,
-                            BUILTIN.loads[0], direct_wire_messages=peers)
+    times, stencil, one_way = measure(comm, args.reps, say)
+    load = fit_profile_load(times, ranks_per_core, pair_level, copy_seconds_per_byte(), one_way, BUILTIN.loads[0],
+                            stencil)
     if rank == 0:
         path = args.out or default_path()
         library = library_name()
@@ -167,9 +167,13 @@ def _main_profile(comm, args) -> int:
         say(f"{'variant':>9} {'form':>12} {'edges':>5} {'bytes':>6} {'median us':>10}")
         for (name, form, edges, block), seconds in times.items():
             say(f"{name:>9} {form:>12} {edges:5d} {block:6d} {seconds * 1e6:10.2f}")
+        for (name, family, form, block), (seconds, pattern) in stencil.items():
+            say(f"{name:>9} {form:>12} {'9-pt':>5} {block:6d} {seconds * 1e6:10.2f}  ({family} on the stencil, "
+                f"{len(pattern.steps)} steps)")
         level = load.levels[pair_level]
         say(f"{pair_level}: alpha {level['alpha'] * 1e6:.2f} us, beta {level['beta'] * 1e9:.4f} ns/B, "
-            f"overhead {level['overhead'] * 1e6:.2f} us; sparsecoll per step {load.sparsecoll_per_step * 1e6:.2f} us")
+            f"overhead {level['overhead'] * 1e6:.2f} us; sparsecoll per step {load.sparsecoll_per_step * 1e6:.2f} us, "
+            f"combined messages {load.combined_factor:.2f} x beta")
         per_call = [f"{form} native {load.native_per_call[form] * 1e6:.2f} / sparsecoll "
                     f"{load.sparsecoll_per_call[form] * 1e6:.2f}" for form in load.native_per_call]
         say("per call (us): " + ", ".join(per_call))

@@ -7,8 +7,11 @@ repetition after a barrier, each time the maximum over ranks:
 
 * the library's ``Neighbor_alltoall`` (blocking, ``Ineighbor`` + ``Wait``, persistent
   ``Start`` + ``Wait``) with one edge at 8 B, with ``k`` edges at 8 B, and one edge at 64 KiB;
-* sparsecoll's ``direct`` in the three forms, one edge, 8 B; and with ``k`` edges;
-* ``cartesian_trivial`` with ``k`` edges (``k`` rounds of one message).
+* sparsecoll's ``direct`` in the three forms, one edge, 8 B;
+* on the periodic 2-D 9-point stencil, ``Neighbor_alltoall`` and ``Neighbor_allgather`` of the
+  library, ``direct`` and ``cartesian`` (two steps of combined messages), blocking at 8 B and
+  64 KiB, and persistent at 8 B (library and ``direct``): sparsecoll's per-call, per-step and
+  combined-message costs are fitted on them, a neighborhood of the kind users run.
 
 :func:`sparsecoll.model.calibrate.fit_profile_load` turns the medians into a profile load.
 """
@@ -21,17 +24,20 @@ import numpy
 from mpi4py import MPI
 
 from sparsecoll import cart_neighborhood_create, wrap
-from sparsecoll.model.calibrate import PROFILE_EDGES, PROFILE_LARGE, PROFILE_SMALL, ping_pong
+from sparsecoll.model.calibrate import PROFILE_EDGES, PROFILE_LARGE, PROFILE_SMALL, PROFILE_STENCIL, ping_pong
 
 FORMS = ("blocking", "nonblocking", "persistent")
 
 
-def _caller(comm, form: str, send, recv):
+def _caller(comm, form: str, send, recv, family: str = "alltoall"):
+    name = f"Neighbor_{family}"
     if form == "blocking":
-        return lambda: comm.Neighbor_alltoall(send, recv)
+        method = getattr(comm, name)
+        return lambda: method(send, recv)
     if form == "nonblocking":
-        return lambda: comm.Ineighbor_alltoall(send, recv).Wait()
-    request = comm.Neighbor_alltoall_init(send, recv)
+        method = getattr(comm, f"Ineighbor_{family}")
+        return lambda: method(send, recv).Wait()
+    request = getattr(comm, f"{name}_init")(send, recv)
 
     def start_wait():
         request.Start()
@@ -41,26 +47,39 @@ def _caller(comm, form: str, send, recv):
 
 
 def measure(world, reps: int, progress=print) -> tuple:
-    """``(times, trivial_steps, peers, one_way)``: the medians the profile fit needs, the rounds of
-    ``cartesian_trivial`` and the distinct peers of the many-edge grid (collective over ``world``)."""
+    """``(times, stencil, one_way)``: the medians the profile fit needs (collective over ``world``).
+
+    ``times[(variant, form, edges, block)]``: the ring; ``stencil[(algorithm, family, form, block)]``:
+    ``(seconds, this rank's Pattern)`` on the 9-point stencil.
+    """
     size = world.Get_size()
     small, large, k = PROFILE_SMALL, PROFILE_LARGE, PROFILE_EDGES
     wanted = [(name, form, 1, small) for name in ("native", "direct") for form in FORMS]
-    wanted += [("native", "blocking", 1, large)]
-    wanted += [(name, "blocking", k, small) for name in ("native", "direct", "trivial")]
-    algorithm = {"native": "native", "direct": "direct", "trivial": "cartesian_trivial"}
-    grids = {edges: cart_neighborhood_create(world, [size], [True], [(1,), (-1,)] * (edges // 2) or [(1,)],
+    wanted += [("native", "blocking", 1, large), ("native", "blocking", k, small)]
+    rings = {edges: cart_neighborhood_create(world, [size], [True], [(1,), (-1,)] * (edges // 2) or [(1,)],
                                              algorithm="native") for edges in (1, k)}
-    comms = list(grids.values())
-    calls, keep = {}, []
+    grid = cart_neighborhood_create(world, MPI.Compute_dims(size, 2), [True, True], PROFILE_STENCIL,
+                                    algorithm="native")
+    comms = [*rings.values(), grid]
+    calls, keep, patterns = {}, [], {}
     for name, form, edges, block in wanted:
         send = numpy.ones(edges * block, dtype="u1")
         recv = numpy.zeros(edges * block, dtype="u1")
         keep.append((send, recv))
-        calls[(name, form, edges, block)] = _caller(wrap(grids[edges], algorithm[name]), form, send, recv)
-    trivial = wrap(grids[k], "cartesian_trivial")
-    trivial_steps = trivial.plan_stats("alltoall")["steps"]
-    peers = len(set(trivial.topology.destinations))
+        calls[(name, form, edges, block)] = _caller(wrap(rings[edges], name), form, send, recv)
+    edges = len(PROFILE_STENCIL)
+    for family in ("alltoall", "allgather"):
+        blocks = edges if family == "alltoall" else 1
+        for name in ("native", "direct", "cartesian"):
+            comm = wrap(grid, name)
+            patterns[(name, family)] = comm.pattern(family)
+            forms = ("blocking", "persistent") if name != "cartesian" else ("blocking",)
+            for block in (small, large):
+                for form in forms if block == small else ("blocking",):
+                    send = numpy.ones(blocks * block, dtype="u1")
+                    recv = numpy.zeros(edges * block, dtype="u1")
+                    keep.append((send, recv))
+                    calls[(name, family, form, block)] = _caller(comm, form, send, recv, family)
     progress(f"calibrate: {len(calls)} variants x {reps} interleaved repetitions on {size} ranks")
     keys = list(calls)
     samples = numpy.zeros((reps, len(keys)))
@@ -69,16 +88,19 @@ def measure(world, reps: int, progress=print) -> tuple:
             call()
     local = numpy.zeros(len(keys))
     for rep in range(reps):
-        order = keys[rep % len(keys):] + keys[:rep % len(keys)]
-        for key in order:
+        shift = rep % len(keys)
+        for i in list(range(shift, len(keys))) + list(range(shift)):
             world.Barrier()
             start = time.perf_counter()
-            calls[key]()
-            local[keys.index(key)] = time.perf_counter() - start
+            calls[keys[i]]()
+            local[i] = time.perf_counter() - start
         world.Allreduce(local, samples[rep], op=MPI.MAX)
         if progress is not None and (rep + 1) % max(reps // 4, 1) == 0:
             progress(f"calibrate: {rep + 1}/{reps} repetitions")
-    times = {key: float(numpy.median(samples[:, i])) for i, key in enumerate(keys)}
+    medians = {key: float(numpy.median(samples[:, i])) for i, key in enumerate(keys)}
+    times = {key: value for key, value in medians.items() if key[1] not in ("alltoall", "allgather")}
+    stencil = {key: (value, patterns[(key[0], key[1])]) for key, value in medians.items()
+               if key[1] in ("alltoall", "allgather")}
     one_way = ping_pong(world, [PROFILE_SMALL], max(reps, 10))[0] if size > 1 else 0.0
     for call in calls.values():
         request = getattr(call, "request", None)
@@ -86,7 +108,7 @@ def measure(world, reps: int, progress=print) -> tuple:
             request.Free()
     for comm in comms:
         comm.Free()
-    return times, trivial_steps, peers, one_way
+    return times, stencil, one_way
 
 
 def copy_seconds_per_byte(nbytes: int = 1 << 22, reps: int = 20) -> float:
