@@ -141,3 +141,55 @@ def test_small_messages_to_one_peer_are_charged_as_the_executor_sends_them():
     assert ours.by_class[small] == pytest.approx(2 * overhead)  # one send and one receive on the wire
     assert ours.by_class[large] == pytest.approx(8 * overhead)  # large blocks go one by one
     assert library.by_class[small] == library.by_class[large] == pytest.approx(8 * overhead)
+
+
+def test_the_calibration_fit_recovers_the_costs_it_is_given():
+    """Times made by the model from known costs are fitted back to those costs."""
+    from sparsecoll.algorithms.cartesian import combining_pattern
+    from sparsecoll.algorithms.direct import direct_pattern
+    from sparsecoll.model.calibrate import (
+        PROFILE_EDGES,
+        PROFILE_LARGE,
+        PROFILE_SMALL,
+        PROFILE_STENCIL,
+        fit_profile_load,
+    )
+    from sparsecoll.model.profile import FORMS, LEVELS, Load
+    from sparsecoll.topology.cartesian import Grid, offset_topology
+    alpha, beta, overhead = 2e-6, 0.5e-9, 0.4e-6
+    levels = {level: {"alpha": alpha, "beta": beta, "overhead": overhead} for level in LEVELS}
+    levels["self"] = {"alpha": 0.0, "beta": 0.1e-9, "overhead": overhead}
+    truth = Load(1.0, levels, {"blocking": 9e-6, "nonblocking": 12e-6, "persistent": 4e-6}, 6e-6,
+                 {"blocking": 5e-6, "nonblocking": 6e-6, "persistent": 3e-6}, 2.5)
+
+    def ring(per_call, edges, block):
+        return per_call + alpha + 2 * edges * (overhead + block * beta)
+    k, small, large = PROFILE_EDGES, PROFILE_SMALL, PROFILE_LARGE
+    times = {("native", form, 1, small): ring(truth.native_per_call[form], 1, small) for form in FORMS}
+    one_step = truth.sparsecoll_per_step
+    times.update({("direct", form, 1, small): ring(truth.sparsecoll_per_call[form] + one_step, 1, small)
+                  for form in FORMS})
+    times[("native", "blocking", 1, large)] = ring(truth.native_per_call["blocking"], 1, large)
+    times[("native", "blocking", k, small)] = ring(truth.native_per_call["blocking"], k, small)
+    topology = offset_topology(Grid((4, 4), (True, True)), 5, PROFILE_STENCIL)
+    stencil = {}
+    for family in ("alltoall", "allgather"):
+        patterns = {"native": direct_pattern(topology, family), "direct": direct_pattern(topology, family),
+                    "cartesian": combining_pattern(topology, family)}
+        for name, pattern in patterns.items():
+            seconds = choice.pattern_cost(pattern, truth, native=name == "native").seconds()
+            for form in ("blocking", "persistent"):
+                for block in (small, large):
+                    stencil[(name, family, form, block)] = (
+                        float(seconds[FORMS.index(form), choice.size_class(block)]), pattern)
+    fitted = fit_profile_load(times, 1.0, "socket", 0.1e-9, alpha + 2 * overhead + small * beta, BUILTIN.loads[0],
+                              stencil)
+    assert fitted.levels["socket"]["overhead"] == pytest.approx(overhead)
+    assert fitted.levels["socket"]["beta"] == pytest.approx(beta)
+    assert fitted.levels["socket"]["alpha"] == pytest.approx(alpha)
+    for form in FORMS:
+        assert fitted.native_per_call[form] == pytest.approx(truth.native_per_call[form], rel=1e-3)
+    for form in ("blocking", "persistent"):
+        assert fitted.sparsecoll_per_call[form] == pytest.approx(truth.sparsecoll_per_call[form], rel=1e-3)
+    assert fitted.sparsecoll_per_step == pytest.approx(truth.sparsecoll_per_step, rel=1e-3)
+    assert fitted.combined_factor == pytest.approx(truth.combined_factor, rel=1e-3)

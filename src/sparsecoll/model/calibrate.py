@@ -170,7 +170,7 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
     the same on the 9-point stencil, with this rank's Pattern. With ``o`` the per-message
     overhead, ``beta`` the time per byte, ``alpha`` the latency:
 
-    * ``o``: native on the ring, ``k`` edges against one, 8 B: ``(T_k - T_1) / (2 (k-1))``;
+    * ``o``: native on the ring, ``k`` edges against one, 8 B: ``(T_k - T_1) / (2 (k-1)) - 8 beta``;
     * ``beta``: native on the ring, one edge, 64 KiB against 8 B, per byte sent and received;
     * ``alpha``: the one-way time of an 8 B ping-pong less two overheads;
     * the library's ``per_call[form]``: its one-edge 8 B ring call less what the model charges
@@ -178,9 +178,9 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
     * sparsecoll's ``per_call[form]`` (blocking, persistent): the library's plus the measured
       difference ``direct`` - library on the stencil at 8 B less the difference the model
       charges their messages; nonblocking from the ring like the library's;
-    * ``per_step``: the largest over both families of what makes the model's difference
-      ``cartesian`` - ``direct`` at 8 B equal the measured one, per extra step;
-    * ``combined_factor``: the same at 64 KiB, per byte of combined messages.
+    * ``per_step`` and ``combined_factor``: what makes the model's difference ``cartesian`` -
+      ``direct`` equal the measured one at 8 B and at 64 KiB (two equations: per extra step,
+      per byte of combined messages), the largest over both families.
 
     So the model charges sparsecoll's schedules what they cost on a neighborhood of the
     kind users run. The measured pair is ``pair_level`` (the ring neighbors' placement
@@ -190,15 +190,15 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
     """
     from dataclasses import replace
 
-    from .choice import pattern_cost, size_class
+    from .choice import CLASS_BYTES, pattern_cost, size_class
     from .profile import FORMS, LEVELS, Load
 
     k = PROFILE_EDGES
     small, large = PROFILE_SMALL, PROFILE_LARGE
-    overhead = max((times[("native", "blocking", k, small)] - times[("native", "blocking", 1, small)]) / (2 * (k - 1)),
-                   0.0)
     beta = max((times[("native", "blocking", 1, large)] - times[("native", "blocking", 1, small)])
                / (2 * (large - small)), 0.0)
+    overhead = max((times[("native", "blocking", k, small)] - times[("native", "blocking", 1, small)]) / (2 * (k - 1))
+                   - small * beta, 0.0)
     alpha = max(one_way - 2 * overhead - small * beta, 0.0)
     one_message = alpha + 2 * (overhead + small * beta)
     native = {form: max(times[("native", form, 1, small)] - one_message, 0.0) for form in FORMS}
@@ -225,21 +225,25 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
     families = ("alltoall", "allgather")
     for form in ("blocking", "persistent"):
         missing = max(gap("direct", "native", family, form, small, load)[0] for family in families)
-        ours[form] = max(native[form] + missing, 0.0)
+        ours[form] = max(ours[form] + missing, 0.0)
     load = replace(load, sparsecoll_per_call=dict(ours))
-    per_step = 0.0
+    # cartesian - direct, at 8 B and 64 KiB: extra steps and combined bytes, solved together per family
+    per_step, factor = 0.0, 1.0
     for family in families:
-        missing, costs = gap("cartesian", "direct", family, "blocking", small, load)
+        missing_small, costs = gap("cartesian", "direct", family, "blocking", small, load)
+        missing_large, _ = gap("cartesian", "direct", family, "blocking", large, load)
         extra_steps = costs[0].steps - costs[1].steps
-        if extra_steps > 0:
-            per_step = max(per_step, missing / extra_steps)
-    load = replace(load, sparsecoll_per_step=per_step)
-    factor = 1.0
-    for family in families:
-        missing, _ = gap("cartesian", "direct", family, "blocking", large, load)
         pattern = stencil[("cartesian", family, "blocking", large)][1]
-        combined = sum(len(m.items) * large * levels[pair_level]["beta"] for step in pattern.steps
-                       for direction in (step.sends, step.recvs) for m in direction if len(m.items) > 1)
-        if combined > 0:
-            factor = max(factor, 1.0 + missing / combined)
-    return replace(load, combined_factor=min(factor, 100.0))
+        combined_items = sum(len(m.items) for step in pattern.steps for direction in (step.sends, step.recvs)
+                             for m in direction if len(m.items) > 1)
+        per_byte = combined_items * levels[pair_level]["beta"]
+        spread = per_byte * (CLASS_BYTES[size_class(large)] - CLASS_BYTES[size_class(small)])
+        extra_factor = (missing_large - missing_small) / spread if spread > 0 else 0.0
+        if extra_steps > 0:
+            per_step = max(per_step, (missing_small - per_byte * CLASS_BYTES[size_class(small)] * extra_factor)
+                           / extra_steps)
+        factor = max(factor, 1.0 + extra_factor)
+    # the per-call costs fitted so far hold direct's one step: charge it as a step from now on
+    per_step = max(per_step, 0.0)
+    return replace(load, sparsecoll_per_step=per_step, combined_factor=min(factor, 100.0),
+                   sparsecoll_per_call={form: max(cost - per_step, 0.0) for form, cost in ours.items()})
