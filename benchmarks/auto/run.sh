@@ -7,9 +7,14 @@ VENV=${1:-.venv}
 NAME=${2:-mpich}
 HERE=$(dirname "$0")
 PROFILE="$HERE/profiles/$NAME.json"
-mkdir -p "$HERE/profiles" "$HERE/results-$NAME"
+mkdir -p "$HERE/profiles" "$HERE/results-$NAME/native-auto"
 rm -f "$PROFILE"
 "$VENV/bin/sparsecoll" calibrate --np 2 --reps 400 --out "$PROFILE" | tee "$HERE/results-$NAME/calibrate-np2.txt"
 "$VENV/bin/sparsecoll" calibrate --np 8 --reps 400 --out "$PROFILE" | tee "$HERE/results-$NAME/calibrate-np8.txt"
 SPARSECOLL_PROFILE="$PROFILE" "$VENV/bin/sparsecoll" bench --np 8 --sizes 8,256,4096,65536 \
     --mode blocking,persistent --reps ${REPS:-150} --out "$HERE/results-$NAME" | tee "$HERE/results-$NAME/bench.txt"
+# auto and native alone: no other algorithm's requests or progress thread between them
+SPARSECOLL_PROFILE="$PROFILE" "$VENV/bin/sparsecoll" bench --np 8 --sizes 8,256,4096,65536 --algorithms native,auto \
+    --mode blocking,persistent --reps ${REPS:-150} --out "$HERE/results-$NAME/native-auto" \
+    | tee "$HERE/results-$NAME/native-auto/bench.txt"
+rm -f "$HERE/results-$NAME/native-auto/"*.png  # the table and results are what this run is for

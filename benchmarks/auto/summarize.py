@@ -1,0 +1,40 @@
+"""One line per benchmark row: what auto ran, auto/native, the best algorithm and its ratio.
+
+Run: python benchmarks/auto/summarize.py benchmarks/auto/results-mpich/results.csv [--over 1.05]
+Ratios are the medians of interleaved per-repetition ratios that ``sparsecoll bench`` writes.
+"""
+
+import argparse
+import csv
+import statistics
+from collections import defaultdict
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("csv", help="results.csv of a sparsecoll bench run that measured auto")
+parser.add_argument("--over", type=float, default=None, help="list only rows where auto/native exceeds this")
+args = parser.parse_args()
+
+rows = defaultdict(dict)
+with open(args.csv) as handle:
+    for row in csv.DictReader(handle):
+        rows[(row["topology"], row["collective"], int(row["size"]), row["mode"])][row["algorithm"]] = row
+to_native, to_best, chose = [], [], defaultdict(int)
+print(f"{'topology':24} {'collective':10} {'bytes':>6} {'mode':10} {'auto ran':17} {'auto/nat':>8} "
+      f"{'best':17} {'best/nat':>8} {'auto/best':>9}")
+for (topology, collective, size, mode), entries in rows.items():
+    auto = entries.get("auto")
+    if auto is None:
+        continue
+    others = {name: entry for name, entry in entries.items() if name != "auto"}
+    best = min(others, key=lambda name: float(others[name]["median_s"]))
+    ratio = float(auto["ratio_to_native_median"])
+    versus_best = float(auto["median_s"]) / float(others[best]["median_s"])
+    to_native.append(ratio)
+    to_best.append(versus_best)
+    chose[auto["auto_chose"]] += 1
+    if args.over is None or ratio > args.over:
+        print(f"{topology:24} {collective:10} {size:6d} {mode:10} {auto['auto_chose']:17} {ratio:8.3f} "
+              f"{best:17} {float(others[best]['ratio_to_native_median']):8.3f} {versus_best:9.3f}")
+print(f"{len(to_native)} rows; auto ran {dict(chose)}; auto/native worst {max(to_native):.3f}, median "
+      f"{statistics.median(to_native):.3f}, rows over 1.05: {sum(r > 1.05 for r in to_native)}; auto/best worst "
+      f"{max(to_best):.3f}, median {statistics.median(to_best):.3f}, rows over 1.1: {sum(r > 1.1 for r in to_best)}")
