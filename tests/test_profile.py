@@ -193,3 +193,22 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given():
         assert fitted.sparsecoll_per_call[form] == pytest.approx(truth.sparsecoll_per_call[form], rel=1e-3)
     assert fitted.sparsecoll_per_step == pytest.approx(truth.sparsecoll_per_step, rel=1e-3)
     assert fitted.combined_factor == pytest.approx(truth.combined_factor, rel=1e-3)
+
+
+@pytest.mark.timeout(200)
+def test_sparsecoll_calibrate_writes_a_profile_that_auto_reads(tmp_path):
+    """The command end to end at 2 ranks: a profile file for this library, loadable and merged by load."""
+    import subprocess
+    import sys
+
+    from sparsecoll.model.profile import library_name
+    out = tmp_path / "profile.json"
+    for _ in range(2):  # the second run replaces the entry of the same load
+        run = subprocess.run([sys.executable, "-m", "sparsecoll", "calibrate", "--np", "2", "--reps", "20",
+                              "--out", str(out)], capture_output=True, text=True, timeout=180)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "written to" in run.stdout
+    profile = check_library(Profile.load(out))
+    assert profile.mpi_library == library_name() and len(profile.loads) == 1
+    assert profile.loads[0].ranks_per_core > 0
+    assert resolve(str(out)) == profile
