@@ -8,6 +8,7 @@ ranks predict differently and must still decide alike.
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import numpy
@@ -42,13 +43,18 @@ def assert_same_on_every_rank(value) -> None:
     assert WORLD.allgather(value) == [value] * SIZE
 
 
+@contextlib.contextmanager
 def random_graph(seed: int, density: float):
-    """A random directed graph (the same on every rank for one seed), as a dist graph."""
+    """A random directed graph (the same on every rank for one seed) as a dist graph, freed after use."""
     rng = random.Random(seed)
     edges = [(a, b) for a in range(SIZE) for b in range(SIZE) if rng.random() < density]
     sources = [a for a, b in edges if b == RANK]
     destinations = [b for a, b in edges if a == RANK]
-    return WORLD.Create_dist_graph_adjacent(sources, destinations, reorder=False)
+    graph = WORLD.Create_dist_graph_adjacent(sources, destinations, reorder=False)
+    try:
+        yield graph
+    finally:
+        graph.Free()
 
 
 def exchange(comm, raw, collective: str, nbytes: int, form: str = "blocking"):
@@ -81,8 +87,7 @@ def test_the_choice_is_identical_on_every_rank(seed, density, per_call, per_step
     mine = random.Random(seed * 1000 + RANK)  # every rank its own, different profile
     profile = scaled_profile(per_call * mine.uniform(0.5, 2), per_step * mine.uniform(0.5, 2),
                              overhead * mine.uniform(0.5, 2), beta * mine.uniform(0.5, 2))
-    raw = random_graph(seed, density)
-    try:
+    with random_graph(seed, density) as raw:
         comm = sparsecoll.wrap(raw, profile=profile)
         for collective in ("alltoall", "allgather"):
             for nbytes in SIZES:
@@ -91,13 +96,10 @@ def test_the_choice_is_identical_on_every_rank(seed, density, per_call, per_step
                 chosen = [comm.resolved_algorithm(collective, block_bytes=b, form=form)
                           for b in SIZES for form in ("blocking", "nonblocking", "persistent")]
                 assert_same_on_every_rank(chosen)
-    finally:
-        raw.Free()
 
 
 def test_a_profile_where_native_wins_calls_the_library_directly():
-    raw = random_graph(3, 0.6)
-    try:
+    with random_graph(3, 0.6) as raw:
         comm = sparsecoll.wrap(raw, profile=scaled_profile(per_call=1e6, per_step=1.0, overhead=1.0))
         for form in ("blocking", "nonblocking", "persistent"):
             for collective in ("alltoall", "allgather"):
@@ -110,14 +112,11 @@ def test_a_profile_where_native_wins_calls_the_library_directly():
         assert comm.schedules_bound == 0
         cached = comm.runtime.cache_sizes()  # only the first call's arguments were parsed, to class them
         assert cached["schedules"] == cached["blocking_executors"] == cached["idle_executors"] == 0
-    finally:
-        raw.Free()
 
 
 def test_rank_dependent_sizes_decide_once_for_all_calls():
     """alltoallv with counts that differ per rank: the collective is pinned at the first call."""
-    raw = random_graph(11, 0.7)
-    try:
+    with random_graph(11, 0.7) as raw:
         comm = sparsecoll.wrap(raw, profile=scaled_profile(per_call=0.0, per_step=0.0, overhead=30.0))
         indegree, outdegree, _ = raw.Get_dist_neighbors_count()
         sources, destinations, _ = raw.Get_dist_neighbors()
@@ -136,15 +135,12 @@ def test_rank_dependent_sizes_decide_once_for_all_calls():
         allgather = exchange(comm, raw, "allgather", 8)
         assert numpy.array_equal(*allgather)
         assert not comm.plan_stats("allgather")["auto"]["pinned"]  # every rank passed 8 bytes
-    finally:
-        raw.Free()
 
 
 def test_a_protocol_candidate_is_built_only_for_repeated_calls():
     if SIZE < 4:
         pytest.skip("common neighbors need a few ranks")
-    raw = random_graph(5, 1.0)  # complete graph with self-loops: many common neighbors
-    try:
+    with random_graph(5, 1.0) as raw:  # complete graph with self-loops: many common neighbors
         profile = scaled_profile(per_call=0.0, per_step=0.0, overhead=200.0, beta=0.0)
         comm = sparsecoll.wrap(raw, profile=profile, theta=2)
         first = exchange(comm, raw, "allgather", 8)
@@ -158,29 +154,21 @@ def test_a_protocol_candidate_is_built_only_for_repeated_calls():
             assert explained["algorithm"] not in after["estimated"]  # built after REPEATS calls
         both = WORLD.allgather((winner_estimated, after["algorithm"], after["estimated"]))
         assert all(entry == both[0] for entry in both)
-    finally:
-        raw.Free()
 
 
 def test_verify_choice_agrees_on_every_rank():
-    raw = random_graph(8, 0.8)
-    try:
+    with random_graph(8, 0.8) as raw:
         comm = sparsecoll.wrap(raw, profile=scaled_profile(per_call=0.0, per_step=0.0, overhead=30.0),
                                verify_choice=True)
         for _ in range(2 * TRIALS + 3):
             assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
         chosen = comm.resolved_algorithm("alltoall")
         assert_same_on_every_rank(chosen)
-    finally:
-        raw.Free()
 
 
 def test_auto_before_its_first_call_says_when_it_decides():
-    raw = random_graph(1, 0.5)
-    try:
+    with random_graph(1, 0.5) as raw:
         comm = sparsecoll.wrap(raw)
         with pytest.raises(RuntimeError, match="first call of Neighbor_alltoall"):
             comm.plan_stats("alltoall")
         assert comm.neighbor_allgather(RANK) == [s for s in raw.Get_dist_neighbors()[0]]  # the library's
-    finally:
-        raw.Free()
