@@ -188,18 +188,28 @@ def _level(alpha: float, beta: float, overhead: float) -> dict:
     return {"alpha": alpha, "beta": beta, "overhead": overhead}
 
 
-#: The profile used when none was calibrated: this project's 2-core machine's order of
-#: magnitude (shared memory) with sparsecoll's own costs rounded up, so that a schedule
-#: must win clearly before it replaces the library's call.
+#: The profile used when none was calibrated: what ``sparsecoll calibrate`` measured on the
+#: project's 2-core machine with MPICH 5.0.2 and Open MPI 5.0.11 (benchmarks/auto/profiles/), at
+#: a rank per core and at 4 ranks per core, taking for each cost the side that favours the
+#: library (sparsecoll's costs the larger, the library's the smaller, rounded), so that a
+#: schedule must win clearly before it replaces the library's call.
 BUILTIN = Profile(
-    loads=(Load(
-        ranks_per_core=1.0,
-        levels={"self": _level(0.0, 1e-10, 0.2e-6), "socket": _level(0.5e-6, 2e-10, 0.3e-6),
-                "node": _level(1e-6, 3e-10, 0.3e-6), "network": _level(3e-6, 1e-9, 0.5e-6)},
-        sparsecoll_per_call={"blocking": 3e-6, "nonblocking": 4e-6, "persistent": 2e-6},
-        sparsecoll_per_step=3e-6,
-        native_per_call={"blocking": 1e-6, "nonblocking": 1.5e-6, "persistent": 1e-6},
-        combined_factor=3.0),),
+    loads=(
+        Load(ranks_per_core=1.0,
+             levels={"self": _level(0.0, 0.05e-9, 0.2e-6), "socket": _level(2e-6, 0.075e-9, 0.2e-6),
+                     "node": _level(3e-6, 0.1e-9, 0.3e-6), "network": _level(5e-6, 1e-9, 0.5e-6)},
+             sparsecoll_per_call={"blocking": 10e-6, "nonblocking": 18e-6, "persistent": 2e-6},
+             sparsecoll_per_step=3e-6,
+             native_per_call={"blocking": 2e-6, "nonblocking": 2.5e-6, "persistent": 0.3e-6},
+             combined_factor=2.0),
+        Load(ranks_per_core=4.0,
+             levels={"self": _level(0.0, 0.1e-9, 1e-6), "socket": _level(20e-6, 0.5e-9, 1e-6),
+                     "node": _level(30e-6, 0.6e-9, 1.5e-6), "network": _level(40e-6, 1e-9, 2e-6)},
+             sparsecoll_per_call={"blocking": 180e-6, "nonblocking": 200e-6, "persistent": 55e-6},
+             sparsecoll_per_step=10e-6,
+             native_per_call={"blocking": 60e-6, "nonblocking": 57e-6, "persistent": 21e-6},
+             combined_factor=4.5),
+    ),
     source="built-in conservative profile (run `sparsecoll calibrate` for this machine's)",
 )
 
