@@ -58,12 +58,20 @@ def random_graph(seed: int, density: float):
 
 
 def exchange(comm, raw, collective: str, nbytes: int, form: str = "blocking"):
-    """One call through ``comm`` and the same through the library on ``raw``; both receive buffers."""
+    """One call through ``comm`` and the same through the library on ``raw``; both receive buffers.
+
+    Counts are explicit: Open MPI 5.0.11 rejects a ``Neighbor_alltoall`` whose inferred receive
+    count (0 on a rank without in-edges) differs from its send count (MPI_ERR_TRUNCATE, raised on
+    that rank alone, so the others wait; the README's open-mpi/ompi#14452), although the standard
+    matches signatures per edge.
+    """
     indegree, outdegree, _ = raw.Get_dist_neighbors_count()
     blocks = 1 if collective == "allgather" else outdegree
-    send = (numpy.arange(blocks * nbytes, dtype="u1") + 7 * RANK).astype("u1")
-    got = numpy.zeros(indegree * nbytes, dtype="u1")
-    expected = numpy.full_like(got, 255)
+    data = (numpy.arange(blocks * nbytes, dtype="u1") + 7 * RANK).astype("u1")
+    received = numpy.zeros(indegree * nbytes, dtype="u1")
+    reference = numpy.full_like(received, 255)
+    send = [data, nbytes, MPI.BYTE]
+    got, expected = [received, nbytes, MPI.BYTE], [reference, nbytes, MPI.BYTE]
     name = f"Neighbor_{collective}"
     if form == "blocking":
         getattr(comm, name)(send, got)
@@ -75,7 +83,7 @@ def exchange(comm, raw, collective: str, nbytes: int, form: str = "blocking"):
         request.Wait()
         request.Free()
     getattr(raw, name)(send, expected)
-    return got, expected
+    return received, reference
 
 
 @settings(max_examples=12, deadline=None, derandomize=True, database=None,
