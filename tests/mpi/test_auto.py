@@ -180,3 +180,25 @@ def test_auto_before_its_first_call_says_when_it_decides():
         with pytest.raises(RuntimeError, match="first call of Neighbor_alltoall"):
             comm.plan_stats("alltoall")
         assert comm.neighbor_allgather(RANK) == [s for s in raw.Get_dist_neighbors()[0]]  # the library's
+
+
+def test_auto_avoids_the_library_where_it_computes_wrongly():
+    """Open MPI matches repeated neighbors of a Cartesian communicator wrongly (open-mpi/ompi#14430):
+    there auto runs a sparsecoll schedule; everywhere its result is the standard's."""
+    from sparsecoll.model.profile import library_name
+    cart = WORLD.Create_cart([SIZE, 1], [True, True])  # the size-1 dimension: both neighbors are this rank
+    try:
+        comm = sparsecoll.wrap(cart)
+        degree = 4
+        send = numpy.arange(degree * 2, dtype="f8") + 100 * RANK
+        got = numpy.zeros(degree * 2)
+        comm.Neighbor_alltoall(send, got)
+        reference = numpy.zeros_like(got)
+        sparsecoll.wrap(cart, "direct").Neighbor_alltoall(send, reference)  # the standard's equivalent code
+        assert numpy.array_equal(got, reference)
+        chosen = comm.plan_stats("alltoall", block_bytes=16)
+        if library_name().startswith("Open MPI"):
+            assert chosen["algorithm"] != "native" and "ompi#14430" in chosen["auto"]["reason"]
+        assert_same_on_every_rank(chosen["algorithm"])
+    finally:
+        cart.Free()

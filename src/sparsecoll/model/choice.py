@@ -205,10 +205,12 @@ def local_costs(topology, family: str, options: dict, load: Load, placement, pat
     return costs
 
 
-def decide(seconds: dict) -> list:
+def decide(seconds: dict, native_allowed: bool = True) -> list:
     """Per form and size class, the winner among ``{candidate: array[form, class]}`` (maxima over ranks).
 
-    ``native`` wins unless another candidate is predicted at most :data:`NATIVE_MARGIN` of its time.
+    ``native`` wins unless another candidate is predicted at most :data:`NATIVE_MARGIN` of its
+    time; with ``native_allowed=False`` (the library computes this neighborhood wrongly,
+    :func:`library_fault`) the fastest other candidate wins.
     """
     names = list(seconds)
     table = numpy.stack([seconds[name] for name in names])  # candidate, form, class
@@ -219,9 +221,20 @@ def decide(seconds: dict) -> list:
         row = []
         for c in range(CLASSES):
             best = min(others, key=lambda i: table[i, f, c], default=None)
-            if best is not None and table[best, f, c] <= NATIVE_MARGIN * native[f, c]:
+            if best is not None and (not native_allowed or table[best, f, c] <= NATIVE_MARGIN * native[f, c]):
                 row.append(names[best])
             else:
                 row.append(NATIVE)
         result.append(row)
     return result
+
+
+def library_fault(topology, library: str) -> str | None:
+    """Why the MPI library's own collective gives wrong results on this rank's neighborhood (None
+    if it is not known to): the faults the README lists that ``auto`` must not run into."""
+    from ..topology import CART
+    repeated = (len(set(topology.sources)) < len(topology.sources)
+                or len(set(topology.destinations)) < len(topology.destinations))
+    if library.startswith("Open MPI") and topology.kind == CART and repeated:
+        return "Open MPI 5.0 matches repeated neighbors of a Cartesian communicator wrongly (open-mpi/ompi#14430)"
+    return None

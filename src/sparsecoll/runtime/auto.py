@@ -46,7 +46,7 @@ import numpy
 from mpi4py import MPI
 
 from ..model import choice as model
-from ..model.profile import FORMS
+from ..model.profile import FORMS, library_name
 from ..topology.placement import resolve as resolve_placement
 
 #: Calls of one (collective, size class) after which a predicted-winning protocol candidate is built.
@@ -69,6 +69,7 @@ class FamilyModel:
         per_node = min(runtime.private.Get_size(), self.placement.L * self.placement.S)
         self.ranks_per_core = per_node / _usable_cores()
         self.load = self.profile.load_for(self.ranks_per_core)
+        self.fault = model.library_fault(runtime.topology, library_name())  # this rank's, agreed at first call
         self.patterns: dict = {}
         self.costs = model.local_costs(runtime.topology, family, dict(plan.options), self.load, self.placement,
                                        self.patterns)
@@ -111,13 +112,15 @@ class AutoDispatch:
         names = list(family.costs)
         local = numpy.stack([family.costs[name].seconds() for name in names])
         vector = numpy.concatenate([local.ravel(), [-local_class if local_class != UNKNOWN else -model.CLASSES,
-                                                    local_class, float(local_class == UNKNOWN)]])
+                                                    local_class, float(local_class == UNKNOWN),
+                                                    float(family.fault is not None)]])
         worst = numpy.empty_like(vector)
         self._comm_runtime.private.Allreduce(vector, worst, op=MPI.MAX)
         shape = local.shape
         for i, name in enumerate(names):
             family.seconds[name] = worst[: local.size].reshape(shape)[i]
-        lowest, highest, unknown = -worst[-3], worst[-2], worst[-1]
+        lowest, highest, unknown, fault = -worst[-4], worst[-3], worst[-2], worst[-1]
+        self.native_allowed = not fault  # the library errs on some rank's neighborhood: never run it
         per_size = self.collective in REGULAR and not unknown and lowest == highest
         self.pinned = None if per_size else max(int(highest), 0)
         self.decide()
@@ -125,9 +128,9 @@ class AutoDispatch:
     def decide(self) -> None:
         """The tables (per form: size class -> algorithm) from the family's agreed predictions."""
         family = self._family
-        self.table = model.decide(family.seconds)
+        self.table = model.decide(family.seconds, self.native_allowed)
         built = {name: s for name, s in family.seconds.items() if family.built(name)}
-        self.fallback = model.decide(built)
+        self.fallback = model.decide(built, self.native_allowed)
         self._uniform = {}  # form -> the algorithm every call of it runs, when it is one for every size
         for f, form in enumerate(FORMS):
             row = self.table[f]
@@ -181,7 +184,10 @@ class AutoDispatch:
         runs = winner if winner == model.NATIVE or family.built(winner) else self.fallback[f][size_class]
         native = predicted[model.NATIVE]
         best = min((n for n in predicted if n != model.NATIVE), key=predicted.get, default=None)
-        if winner == model.NATIVE:
+        if not self.native_allowed:
+            why = (f"the library's own call is excluded ({self._family.fault or 'a fault on another rank'}); "
+                   f"{winner} is the fastest other candidate")
+        elif winner == model.NATIVE:
             why = (f"no candidate is predicted at most {model.NATIVE_MARGIN} x native's time"
                    + (f" (best: {best}, {predicted[best] / native:.2f} x)" if best else ""))
         else:
@@ -213,7 +219,7 @@ class AutoDispatch:
         if name is None:
             size_class = self._size_class(sendbuf, recvbuf)
             name = self.choose("blocking", size_class)
-        if self._plan.verify_choice and name != model.NATIVE:
+        if self._plan.verify_choice and name != model.NATIVE and self.native_allowed:
             name = self._trial(size_class, name, sendbuf, recvbuf)
             if name is None:
                 return None
