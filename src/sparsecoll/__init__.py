@@ -36,7 +36,8 @@ if _MPI_ERROR is None:
     def algorithms() -> dict:
         """The registered algorithms: name -> one-line summary (plus ``"auto"``)."""
         listing = {name: alg.summary for name, alg in _registry.REGISTRY.items()}
-        listing[_registry.AUTO] = "chosen per topology and collective family by the cost model"
+        listing[_registry.AUTO] = ("chosen per collective, call form and block size by the calibrated cost model, "
+                                   "the library's own call included")
         return listing
 
     def is_wrapped(comm) -> bool:

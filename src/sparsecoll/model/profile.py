@@ -214,6 +214,19 @@ BUILTIN = Profile(
 )
 
 
+def usable_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def ranks_per_core(size: int, placement) -> float:
+    """The load a communicator of ``size`` ranks placed by ``placement`` puts on this node's cores."""
+    return min(size, placement.L * placement.S) / usable_cores()
+
+
 def library_name() -> str:
     """The running MPI library, as profiles name it: vendor and major.minor version."""
     from mpi4py import MPI

@@ -39,14 +39,13 @@ happen on every rank at the same call.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy
 from mpi4py import MPI
 
 from ..model import choice as model
-from ..model.profile import FORMS, library_name
+from ..model.profile import FORMS, library_name, ranks_per_core
 from ..topology.placement import resolve as resolve_placement
 
 #: Calls of one (collective, size class) after which a predicted-winning protocol candidate is built.
@@ -66,8 +65,7 @@ class FamilyModel:
         placement_info = resolve_placement(runtime.private, plan.options.get("ranks_per_socket"),
                                            plan.options.get("sockets_per_node"))  # collective
         self.placement = placement_info.placement
-        per_node = min(runtime.private.Get_size(), self.placement.L * self.placement.S)
-        self.ranks_per_core = per_node / _usable_cores()
+        self.ranks_per_core = ranks_per_core(runtime.private.Get_size(), self.placement)
         self.load = self.profile.load_for(self.ranks_per_core)
         self.fault = model.library_fault(runtime.topology, library_name())  # this rank's, agreed at first call
         self.patterns: dict = {}
@@ -289,11 +287,3 @@ def local_class(runtime, collective: str, sendbuf, recvbuf) -> int:
     """The size class of this rank's call (:data:`UNKNOWN` if it cannot tell)."""
     nbytes = block_bytes(runtime, collective, sendbuf, recvbuf)
     return UNKNOWN if nbytes == UNKNOWN else model.size_class(nbytes)
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-

@@ -134,7 +134,7 @@ def _main_profile(comm, args) -> int:
     from mpi4py import MPI
 
     from sparsecoll.model.calibrate import fit_profile_load
-    from sparsecoll.model.profile import BUILTIN, Profile, ProfileError, default_path, library_name
+    from sparsecoll.model.profile import BUILTIN, Profile, ProfileError, default_path, library_name, ranks_per_core
     from sparsecoll.topology.placement import resolve as resolve_placement
 
     from .launch import usable_cores
@@ -143,10 +143,10 @@ def _main_profile(comm, args) -> int:
     say = print if rank == 0 else (lambda *_: None)
     placement = resolve_placement(comm).placement
     pair_level = placement.pair_class(0, 1)
-    ranks_per_core = min(comm.Get_size(), placement.L * placement.S) / usable_cores()
+    ranks = ranks_per_core(comm.Get_size(), placement)
     start = time.perf_counter()
     times, stencil, one_way = measure(comm, args.reps, say)
-    load = fit_profile_load(times, ranks_per_core, pair_level, copy_seconds_per_byte(), one_way, BUILTIN.loads[0],
+    load = fit_profile_load(times, ranks, pair_level, copy_seconds_per_byte(), one_way, BUILTIN.loads[0],
                             stencil)
     if rank == 0:
         path = args.out or default_path()
@@ -162,7 +162,7 @@ def _main_profile(comm, args) -> int:
                   f"{time.strftime('%Y-%m-%d')}")
         profile = Profile(profile.with_load(load).loads, library, platform.node(), source)
         profile.save(path)
-        say(f"calibrate: {comm.Get_size()} ranks on {usable_cores()} cores (load {ranks_per_core:g} ranks per core), "
+        say(f"calibrate: {comm.Get_size()} ranks on {usable_cores()} cores (load {ranks:g} ranks per core), "
             f"ring neighbors at level {pair_level}, {time.perf_counter() - start:.1f} s")
         say(f"{'variant':>9} {'form':>12} {'edges':>5} {'bytes':>6} {'median us':>10}")
         for (name, form, edges, block), seconds in times.items():

