@@ -46,6 +46,7 @@ Environment of the randomized programs (case 8):
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
 import os
@@ -159,6 +160,18 @@ def agree(failures: list) -> None:
     everyone = WORLD.allgather([str(f)[:600] for f in failures[:3]])
     seen = [f"rank {r}: {f}" for r, fs in enumerate(everyone) for f in fs]
     assert not seen, "\n".join(seen)
+
+
+@contextlib.contextmanager
+def agreed_failures():
+    """A list to record this rank's failures in; on leaving, an exception of the block is recorded
+    too, and every rank ends together (:func:`agree`)."""
+    failures = []
+    try:
+        yield failures
+    except Exception as exc:  # noqa: BLE001
+        failures.append(describe(exc))
+    agree(failures)
 
 
 def describe(exc: BaseException) -> str:
@@ -413,20 +426,16 @@ def test_rank0_reuses_its_arrays_while_the_others_pass_fresh_ones(algorithm, col
     every call, every other rank new arrays; data changes every call and, in the
     changing-counts variant, counts on edges away from rank 0 too."""
     comm = case1_comm(algorithm, topology)
-    failures = []
     try:
-        nbh = neighborhood(comm)
-        rank0_sources = set(WORLD.bcast(nbh.sources if RANK == 0 else None))
-        kept = Exchange(nbh, collective)
-        for call in range(CALLS):
-            exchange = kept if RANK == 0 else kept.fresh()
-            count_of = counts_around_rank0(collective, call if counts == "changing-counts" else 0, rank0_sources)
-            done = start(comm, collective, exchange, count_of, salt=call, label=f"call {call}", how="blocking")
-            done.check(failures)
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+        with agreed_failures() as failures:
+            nbh = neighborhood(comm)
+            rank0_sources = set(WORLD.bcast(nbh.sources if RANK == 0 else None))
+            kept = Exchange(nbh, collective)
+            for call in range(CALLS):
+                exchange = kept if RANK == 0 else kept.fresh()
+                count_of = counts_around_rank0(collective, call if counts == "changing-counts" else 0, rank0_sources)
+                done = start(comm, collective, exchange, count_of, salt=call, label=f"call {call}", how="blocking")
+                done.check(failures)
     finally:
         comm.Free()
 
@@ -441,22 +450,18 @@ def test_two_wrappers_with_different_options_alternate_on_the_same_arrays(collec
     "common_neighbor", theta=1)`` (one handle) alternate; every rank keeps its send array,
     rank 0 also its receive array, the others pass a fresh receive array each call."""
     raw = complete_graph()
-    failures = []
     try:
-        a = sparsecoll.wrap(raw, "common_neighbor")
-        b = sparsecoll.wrap(raw, "common_neighbor", theta=1)
-        kept = Exchange(neighborhood(raw), collective)
-        for call, comm in enumerate([a, b, a, b, a, b]):
-            exchange = kept
-            if RANK != 0:
-                exchange = kept.fresh()
-                exchange.send = kept.send
-            done = start(comm, collective, exchange, uniform(2), salt=call, label=f"call {call}", how="blocking")
-            done.check(failures)
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+        with agreed_failures() as failures:
+            a = sparsecoll.wrap(raw, "common_neighbor")
+            b = sparsecoll.wrap(raw, "common_neighbor", theta=1)
+            kept = Exchange(neighborhood(raw), collective)
+            for call, comm in enumerate([a, b, a, b, a, b]):
+                exchange = kept
+                if RANK != 0:
+                    exchange = kept.fresh()
+                    exchange.send = kept.send
+                done = start(comm, collective, exchange, uniform(2), salt=call, label=f"call {call}", how="blocking")
+                done.check(failures)
     finally:
         raw.Free()
 
@@ -475,22 +480,18 @@ def test_more_than_64_outstanding_nonblocking_calls(algorithm):
     sweeps in reverse order on rank 0, shuffled on rank 1, forward elsewhere (after a
     barrier, so that every rank has started every call before anyone polls)."""
     comm = MULTI_STEP[algorithm]()
-    failures = []
     try:
-        nbh = neighborhood(comm)
-        calls = []
-        for k in range(OUTSTANDING):
-            collective = REGULAR[k % 2]
-            calls.append(start(comm, collective, Exchange(nbh, collective), uniform(1 + k % MAX_COUNT),
-                               salt=k, label=f"call {k} ({collective})"))
-        WORLD.Barrier()
-        complete_by_polling([c.request for c in calls], rank_order(len(calls)))
-        for call in calls:
-            call.check(failures)
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+        with agreed_failures() as failures:
+            nbh = neighborhood(comm)
+            calls = []
+            for k in range(OUTSTANDING):
+                collective = REGULAR[k % 2]
+                calls.append(start(comm, collective, Exchange(nbh, collective), uniform(1 + k % MAX_COUNT),
+                                   salt=k, label=f"call {k} ({collective})"))
+            WORLD.Barrier()
+            complete_by_polling([c.request for c in calls], rank_order(len(calls)))
+            for call in calls:
+                call.check(failures)
     finally:
         comm.Free()
 
@@ -505,41 +506,37 @@ def test_thousands_of_persistent_requests_in_a_row():
     beside every 100th of them (both active at once, completed in rank-dependent orders);
     results stay equal to the MPI library's."""
     comm = MULTI_STEP["cartesian"]()
-    failures = []
     long_lived = None
     try:
-        nbh = neighborhood(comm)
-        exchanges = {c: Exchange(nbh, c) for c in REGULAR}
-        keeper = Exchange(nbh, "allgather")
-        keeper_send, keeper_recv_of = keeper.prepare(uniform(2), salt=0)
-        long_lived = comm.Neighbor_allgather_init(keeper_send, keeper_recv_of(keeper.recv))
-        for k in range(PERSISTENT_REQUESTS):
-            collective = REGULAR[k % 2]
-            exchange = exchanges[collective]
-            send_spec, recv_spec_of = exchange.prepare(uniform(1 + k % 2), salt=k)
-            before = exchange.recv.copy()
-            request = getattr(comm, f"Neighbor_{collective}_init")(send_spec, recv_spec_of(exchange.recv))
-            if k % 100 == 99:  # the long-lived request runs beside this one
-                keeper_send, _ = keeper.prepare(uniform(2), salt=k)  # new data, same layout
-                keeper_before = keeper.recv.copy()
-                long_lived.Start()
-                request.Start()
-                complete_by_polling([long_lived, request], rank_order(2))
-                expected = native_result(comm, "allgather", keeper_send, keeper_recv_of, keeper_before)
-                compare(failures, f"long-lived request beside request {k}", keeper.recv, expected)
-            else:
-                request.Start()
-                request.Wait()
-            request.Free()
-            if k % 10 == 0 or k % 100 == 99 or k == PERSISTENT_REQUESTS - 1:
-                expected = native_result(comm, collective, send_spec, recv_spec_of, before)
-                compare(failures, f"request {k} ({collective})", exchange.recv, expected)
-            if failures:
-                break
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+        with agreed_failures() as failures:
+            nbh = neighborhood(comm)
+            exchanges = {c: Exchange(nbh, c) for c in REGULAR}
+            keeper = Exchange(nbh, "allgather")
+            keeper_send, keeper_recv_of = keeper.prepare(uniform(2), salt=0)
+            long_lived = comm.Neighbor_allgather_init(keeper_send, keeper_recv_of(keeper.recv))
+            for k in range(PERSISTENT_REQUESTS):
+                collective = REGULAR[k % 2]
+                exchange = exchanges[collective]
+                send_spec, recv_spec_of = exchange.prepare(uniform(1 + k % 2), salt=k)
+                before = exchange.recv.copy()
+                request = getattr(comm, f"Neighbor_{collective}_init")(send_spec, recv_spec_of(exchange.recv))
+                if k % 100 == 99:  # the long-lived request runs beside this one
+                    keeper_send, _ = keeper.prepare(uniform(2), salt=k)  # new data, same layout
+                    keeper_before = keeper.recv.copy()
+                    long_lived.Start()
+                    request.Start()
+                    complete_by_polling([long_lived, request], rank_order(2))
+                    expected = native_result(comm, "allgather", keeper_send, keeper_recv_of, keeper_before)
+                    compare(failures, f"long-lived request beside request {k}", keeper.recv, expected)
+                else:
+                    request.Start()
+                    request.Wait()
+                request.Free()
+                if k % 10 == 0 or k % 100 == 99 or k == PERSISTENT_REQUESTS - 1:
+                    expected = native_result(comm, collective, send_spec, recv_spec_of, before)
+                    compare(failures, f"request {k} ({collective})", exchange.recv, expected)
+                if failures:
+                    break
     finally:
         if long_lived is not None:
             long_lived.Free()
@@ -556,19 +553,15 @@ def test_two_outstanding_calls_waited_in_opposite_orders(algorithm):
     """Case 4a: two outstanding multi-step Ineighbor_allgather calls; even ranks wait the
     first then the second, odd ranks the second then the first (MPI must complete both)."""
     comm = MULTI_STEP[algorithm]()
-    failures = []
     try:
-        nbh = neighborhood(comm)
-        first = start(comm, "allgather", Exchange(nbh, "allgather"), uniform(2), salt=1, label="first")
-        second = start(comm, "allgather", Exchange(nbh, "allgather"), uniform(2), salt=2, label="second")
-        for call in (first, second) if RANK % 2 == 0 else (second, first):
-            call.request.Wait()
-        for call in (first, second):
-            call.check(failures)
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+        with agreed_failures() as failures:
+            nbh = neighborhood(comm)
+            first = start(comm, "allgather", Exchange(nbh, "allgather"), uniform(2), salt=1, label="first")
+            second = start(comm, "allgather", Exchange(nbh, "allgather"), uniform(2), salt=2, label="second")
+            for call in (first, second) if RANK % 2 == 0 else (second, first):
+                call.request.Wait()
+            for call in (first, second):
+                call.check(failures)
     finally:
         comm.Free()
 
@@ -581,25 +574,21 @@ def test_wait_completes_while_a_peer_is_blocked_in_recv(algorithm):
     if SIZE < 2:
         pytest.skip("needs 2 ranks")
     comm = MULTI_STEP[algorithm]()
-    failures = []
     try:
-        call = start(comm, "allgather", Exchange(neighborhood(comm), "allgather"), uniform(2), salt=3, label="call")
-        token = numpy.full(1, -1, dtype="i4")
-        if RANK == 0:
-            WORLD.Recv(token, source=1, tag=404)
-            call.request.Wait()
-            if token[0] != 4242:
-                failures.append(f"user message: got {token[0]}, expected 4242")
-        elif RANK == 1:
-            call.request.Wait()
-            WORLD.Send(numpy.array([4242], dtype="i4"), dest=0, tag=404)
-        else:
-            call.request.Wait()
-        call.check(failures)
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+        with agreed_failures() as failures:
+            call = start(comm, "allgather", Exchange(neighborhood(comm), "allgather"), uniform(2), salt=3, label="call")
+            token = numpy.full(1, -1, dtype="i4")
+            if RANK == 0:
+                WORLD.Recv(token, source=1, tag=404)
+                call.request.Wait()
+                if token[0] != 4242:
+                    failures.append(f"user message: got {token[0]}, expected 4242")
+            elif RANK == 1:
+                call.request.Wait()
+                WORLD.Send(numpy.array([4242], dtype="i4"), dest=0, tag=404)
+            else:
+                call.request.Wait()
+            call.check(failures)
     finally:
         comm.Free()
 
@@ -646,28 +635,24 @@ def test_alltoallw_from_bottom_with_absolute_address_structs(algorithm, mode):
     """Case 5: Neighbor_alltoallw with MPI.BOTTOM as both buffers, counts 1, displacements 0
     and one struct datatype per block built from MPI.Get_address of separate arrays."""
     comm = moore_neighborhood(**CASE5_WRAPS[algorithm])
-    failures = []
     owned = []
     try:
-        nbh = neighborhood(comm)
-        send = AbsoluteBlocks(len(nbh.destinations), fill=5)
-        got = AbsoluteBlocks(len(nbh.sources))
-        want = AbsoluteBlocks(len(nbh.sources))
-        owned += [send, got, want]
-        if mode == "blocking":
-            comm.Neighbor_alltoallw(send.spec(), got.spec())
-        else:
-            request = comm.Neighbor_alltoallw_init(send.spec(), got.spec())
-            request.Start()
-            request.Wait()
-            request.Free()
-        plain(comm).Neighbor_alltoallw(send.spec(), want.spec())
-        if got.tobytes() != want.tobytes():
-            failures.append(f"received {got.parts} expected {want.parts}")
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+        with agreed_failures() as failures:
+            nbh = neighborhood(comm)
+            send = AbsoluteBlocks(len(nbh.destinations), fill=5)
+            got = AbsoluteBlocks(len(nbh.sources))
+            want = AbsoluteBlocks(len(nbh.sources))
+            owned += [send, got, want]
+            if mode == "blocking":
+                comm.Neighbor_alltoallw(send.spec(), got.spec())
+            else:
+                request = comm.Neighbor_alltoallw_init(send.spec(), got.spec())
+                request.Start()
+                request.Wait()
+                request.Free()
+            plain(comm).Neighbor_alltoallw(send.spec(), want.spec())
+            if got.tobytes() != want.tobytes():
+                failures.append(f"received {got.parts} expected {want.parts}")
     finally:
         for blocks in owned:
             blocks.free()
@@ -682,26 +667,22 @@ def test_datatype_resized_to_an_extent_of_2_to_the_40(algorithm, collective):
     blocks may overlap), received as MPI.INT at displacements 0, 1, 2, ..."""
     comm = moore_neighborhood(**CASE5_WRAPS[algorithm])
     huge = MPI.INT.Create_resized(0, 2**40).Commit()
-    failures = []
     try:
-        nbh = neighborhood(comm)
-        nsend, nrecv = len(nbh.destinations), len(nbh.sources)
-        send = numpy.array([cases.value(RANK, k, 0, 9) for k in range(max(nsend, 1))], dtype="i")
-        results = []
-        for run in (comm, plain(comm)):
-            recv = numpy.full(max(nrecv, 1), -7, dtype="i")
-            if collective == "alltoallw":
-                run.Neighbor_alltoallw([send, [1] * nsend, [4 * k for k in range(nsend)], [huge] * nsend],
-                                       [recv, [1] * nrecv, [4 * i for i in range(nrecv)], [huge] * nrecv])
-            else:
-                run.Neighbor_alltoallv([send, [1] * nsend, [0] * nsend, huge],
-                                       [recv, [1] * nrecv, list(range(nrecv)), MPI.INT])
-            results.append(recv)
-        compare(failures, collective, *results)
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+        with agreed_failures() as failures:
+            nbh = neighborhood(comm)
+            nsend, nrecv = len(nbh.destinations), len(nbh.sources)
+            send = numpy.array([cases.value(RANK, k, 0, 9) for k in range(max(nsend, 1))], dtype="i")
+            results = []
+            for run in (comm, plain(comm)):
+                recv = numpy.full(max(nrecv, 1), -7, dtype="i")
+                if collective == "alltoallw":
+                    run.Neighbor_alltoallw([send, [1] * nsend, [4 * k for k in range(nsend)], [huge] * nsend],
+                                           [recv, [1] * nrecv, [4 * i for i in range(nrecv)], [huge] * nrecv])
+                else:
+                    run.Neighbor_alltoallv([send, [1] * nsend, [0] * nsend, huge],
+                                           [recv, [1] * nrecv, list(range(nrecv)), MPI.INT])
+                results.append(recv)
+            compare(failures, collective, *results)
     finally:
         huge.Free()
         comm.Free()
@@ -718,30 +699,26 @@ def test_plan_stats_is_local(algorithm):
     promptly, naming the call to make first; after one Neighbor_allgather on every rank it
     returns a dict with "steps" on rank 0 alone, which then joins a final collective."""
     raw = chord_graph()
-    failures = []
     try:
-        comm = sparsecoll.wrap(raw, algorithm)
-        if RANK == 0:
-            began = time.monotonic()
-            expect_error(failures, "plan_stats before any call", RuntimeError, "Neighbor_allgather",
-                         lambda: comm.plan_stats("allgather"))
-            if time.monotonic() - began > 10:
-                failures.append(f"plan_stats took {time.monotonic() - began:.1f}s to answer")
-        WORLD.Barrier()
-        done = start(comm, "allgather", Exchange(neighborhood(raw), "allgather"), uniform(2), salt=6,
-                     label="Neighbor_allgather", how="blocking")
-        done.check(failures)
-        if RANK == 0:
-            try:
-                stats = comm.plan_stats("allgather")
-                if not isinstance(stats, dict) or "steps" not in stats:
-                    failures.append(f"plan_stats after a call returned {stats!r}")
-            except Exception as exc:  # noqa: BLE001
-                failures.append(f"plan_stats after a call: {describe(exc)}")
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+        with agreed_failures() as failures:
+            comm = sparsecoll.wrap(raw, algorithm)
+            if RANK == 0:
+                began = time.monotonic()
+                expect_error(failures, "plan_stats before any call", RuntimeError, "Neighbor_allgather",
+                             lambda: comm.plan_stats("allgather"))
+                if time.monotonic() - began > 10:
+                    failures.append(f"plan_stats took {time.monotonic() - began:.1f}s to answer")
+            WORLD.Barrier()
+            done = start(comm, "allgather", Exchange(neighborhood(raw), "allgather"), uniform(2), salt=6,
+                         label="Neighbor_allgather", how="blocking")
+            done.check(failures)
+            if RANK == 0:
+                try:
+                    stats = comm.plan_stats("allgather")
+                    if not isinstance(stats, dict) or "steps" not in stats:
+                        failures.append(f"plan_stats after a call returned {stats!r}")
+                except Exception as exc:  # noqa: BLE001
+                    failures.append(f"plan_stats after a call: {describe(exc)}")
     finally:
         raw.Free()
 
@@ -764,32 +741,29 @@ def test_dup_and_clone_keep_algorithm_and_options(name, how):
     make, algorithm, options = CASE7_COMMS[name]
     comm = make()
     copy = None
-    failures = []
     try:
-        copy = getattr(comm, how)()
-        if not sparsecoll.is_wrapped(copy):
-            failures.append(f"{how}() returned an unwrapped {type(copy).__name__}")
-        for label, wrapper in (("original", comm), ("copy", copy)):
-            if getattr(wrapper, "algorithm", None) != algorithm:
-                failures.append(f"{label}.algorithm is {getattr(wrapper, 'algorithm', None)!r}, not {algorithm!r}")
-            in_force = getattr(wrapper, "options", None)
-            if not isinstance(in_force, dict) or any(in_force.get(k) != v for k, v in options.items()):
-                failures.append(f"{label}.options is {in_force!r}, expected a dict with {options}")
-        if getattr(copy, "options", None) != getattr(comm, "options", None):
-            failures.append(f"copy.options {getattr(copy, 'options', None)!r} != {getattr(comm, 'options', None)!r}")
-        nbh = neighborhood(copy)
-        for collective in ("alltoallv", "allgather"):
-            exchange = Exchange(nbh, collective)
-            count_of = count_function(collective, 2)
-            start(copy, collective, exchange, count_of, salt=7, label=f"copy {collective}",
-                  how="blocking").check(failures)
-            call = start(copy, collective, exchange.fresh(), count_of, salt=8, label=f"copy I{collective}")
-            call.request.Wait()
-            call.check(failures)
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+        with agreed_failures() as failures:
+            copy = getattr(comm, how)()
+            if not sparsecoll.is_wrapped(copy):
+                failures.append(f"{how}() returned an unwrapped {type(copy).__name__}")
+            for label, wrapper in (("original", comm), ("copy", copy)):
+                if getattr(wrapper, "algorithm", None) != algorithm:
+                    failures.append(f"{label}.algorithm is {getattr(wrapper, 'algorithm', None)!r}, not {algorithm!r}")
+                in_force = getattr(wrapper, "options", None)
+                if not isinstance(in_force, dict) or any(in_force.get(k) != v for k, v in options.items()):
+                    failures.append(f"{label}.options is {in_force!r}, expected a dict with {options}")
+            if getattr(copy, "options", None) != getattr(comm, "options", None):
+                copied, original = getattr(copy, "options", None), getattr(comm, "options", None)
+                failures.append(f"copy.options {copied!r} != {original!r}")
+            nbh = neighborhood(copy)
+            for collective in ("alltoallv", "allgather"):
+                exchange = Exchange(nbh, collective)
+                count_of = count_function(collective, 2)
+                start(copy, collective, exchange, count_of, salt=7, label=f"copy {collective}",
+                      how="blocking").check(failures)
+                call = start(copy, collective, exchange.fresh(), count_of, salt=8, label=f"copy I{collective}")
+                call.request.Wait()
+                call.check(failures)
     finally:
         if copy is not None:
             copy.Free()
@@ -861,35 +835,31 @@ def test_none_as_a_whole_buffer_is_a_type_error():
     mpi4py's raise ("message: expecting buffer or list/tuple"; alltoallw: "object of type
     'NoneType' has no len()"); ``[None, 0, MPI.INT]`` and the other empty specs stay legal."""
     raw = ring_graph()
-    failures = []
     try:
-        comm = sparsecoll.wrap(raw, "direct")
-        nbh = neighborhood(raw)
-        for collective in ALL_COLLECTIVES:
-            send_empty, recv_empty = empty_specs(nbh, collective)
-            for kind in KINDS:
-                name = method_name(collective, kind)
-                method = getattr(comm, name)
-                expect_error(failures, f"{name}(None, empty)", TypeError, "",
-                             lambda method=method, recv_empty=recv_empty: method(None, recv_empty),
-                             finisher(kind))
-                expect_error(failures, f"{name}(empty, None)", TypeError, "",
-                             lambda method=method, send_empty=send_empty: method(send_empty, None),
-                             finisher(kind))
-                if collective != "allgatherw":  # what mpi4py itself does: a TypeError (its message
-                    # differs between the buffer-spec forms: "expecting buffer or list/tuple", or for
-                    # the W forms "object of type 'NoneType' has no len()")
-                    expect_error(failures, f"mpi4py {name}(None, empty)", TypeError, "",
-                                 lambda name=name, recv_empty=recv_empty: getattr(plain(raw), name)(None, recv_empty),
+        with agreed_failures() as failures:
+            comm = sparsecoll.wrap(raw, "direct")
+            nbh = neighborhood(raw)
+            for collective in ALL_COLLECTIVES:
+                send_empty, recv_empty = empty_specs(nbh, collective)
+                for kind in KINDS:
+                    name = method_name(collective, kind)
+                    method = getattr(comm, name)
+                    expect_error(failures, f"{name}(None, empty)", TypeError, "",
+                                 lambda method=method, recv_empty=recv_empty: method(None, recv_empty),
                                  finisher(kind))
-                try:
-                    run_to_completion(comm, collective, kind, send_empty, recv_empty)
-                except Exception as exc:  # noqa: BLE001
-                    failures.append(f"{name} with empty specs {send_empty}, {recv_empty}: {describe(exc)}")
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+                    expect_error(failures, f"{name}(empty, None)", TypeError, "",
+                                 lambda method=method, send_empty=send_empty: method(send_empty, None),
+                                 finisher(kind))
+                    if collective != "allgatherw":  # what mpi4py itself does: a TypeError (its message
+                        # differs between the buffer-spec forms: "expecting buffer or list/tuple", or for
+                        # the W forms "object of type 'NoneType' has no len()")
+                        expect_error(failures, f"mpi4py {name}(None, empty)", TypeError, "",
+                                     lambda name=name, empty=recv_empty: getattr(plain(raw), name)(None, empty),
+                                     finisher(kind))
+                    try:
+                        run_to_completion(comm, collective, kind, send_empty, recv_empty)
+                    except Exception as exc:  # noqa: BLE001
+                        failures.append(f"{name} with empty specs {send_empty}, {recv_empty}: {describe(exc)}")
     finally:
         raw.Free()
 
@@ -898,20 +868,16 @@ def test_bad_options_raise_at_wrap_time():
     """Case 7c: option values are checked by ``wrap`` itself (before any call), naming the option."""
     raw = ring_graph()
     cart = WORLD.Create_cart([SIZE], periods=[True])
-    failures = []
     try:
-        expect_error(failures, "ranks_per_socket=0", ValueError, "ranks_per_socket",
-                     lambda: sparsecoll.wrap(raw, "distance_halving", ranks_per_socket=0))
-        expect_error(failures, "theta=2 for cartesian", TypeError, "theta",
-                     lambda: sparsecoll.wrap(cart, "cartesian", theta=2))
-        expect_error(failures, "a missing profile file", ValueError, "no-such-profile.json",
-                     lambda: sparsecoll.wrap(cart, profile="no-such-profile.json"))
-        expect_error(failures, "verify_choice=1", TypeError, "verify_choice",
-                     lambda: sparsecoll.wrap(cart, verify_choice=1))
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+        with agreed_failures() as failures:
+            expect_error(failures, "ranks_per_socket=0", ValueError, "ranks_per_socket",
+                         lambda: sparsecoll.wrap(raw, "distance_halving", ranks_per_socket=0))
+            expect_error(failures, "theta=2 for cartesian", TypeError, "theta",
+                         lambda: sparsecoll.wrap(cart, "cartesian", theta=2))
+            expect_error(failures, "a missing profile file", ValueError, "no-such-profile.json",
+                         lambda: sparsecoll.wrap(cart, profile="no-such-profile.json"))
+            expect_error(failures, "verify_choice=1", TypeError, "verify_choice",
+                         lambda: sparsecoll.wrap(cart, verify_choice=1))
     finally:
         cart.Free()
         raw.Free()
@@ -921,38 +887,34 @@ def test_methods_reject_extra_positional_arguments_and_persistent_ones_take_info
     """Case 7d: the 18 methods raise TypeError for an extra positional argument, as mpi4py's
     do; the persistent ones accept ``info`` positionally and as ``info=``."""
     raw = ring_graph()
-    failures = []
     try:
-        comm = sparsecoll.wrap(raw, "direct")
-        nbh = neighborhood(raw)
-        for collective in ALL_COLLECTIVES:
-            for kind in KINDS:
-                name = method_name(collective, kind)
-                send_spec, recv_spec = good_specs(nbh, collective)
-                extra = (MPI.INFO_NULL, 5) if kind == "persistent" else (5,)
-                expect_error(failures, f"{name}(s, r, {', '.join(map(str, extra))})", TypeError, "",
-                             lambda name=name, send_spec=send_spec, recv_spec=recv_spec, extra=extra:
-                             getattr(comm, name)(send_spec, recv_spec, *extra), finisher(kind))
-        for collective in ("alltoall", "allgatherv", "alltoallw"):
-            name = method_name(collective, "persistent")
-            for how, call in (("positional", lambda s, r, name=name: getattr(comm, name)(s, r, MPI.INFO_NULL)),
-                              ("keyword", lambda s, r, name=name: getattr(comm, name)(s, r, info=MPI.INFO_NULL))):
-                try:
+        with agreed_failures() as failures:
+            comm = sparsecoll.wrap(raw, "direct")
+            nbh = neighborhood(raw)
+            for collective in ALL_COLLECTIVES:
+                for kind in KINDS:
+                    name = method_name(collective, kind)
                     send_spec, recv_spec = good_specs(nbh, collective)
-                    before = recv_spec[0].copy()
-                    request = call(send_spec, recv_spec)
-                    request.Start()
-                    request.Wait()
-                    request.Free()
-                    expected = before.copy()
-                    getattr(plain(raw), "Neighbor_" + collective)(send_spec, [expected, *recv_spec[1:]])
-                    compare(failures, f"{name} info {how}", recv_spec[0], expected)
-                except Exception as exc:  # noqa: BLE001
-                    failures.append(f"{name} with info {how}: {describe(exc)}")
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+                    extra = (MPI.INFO_NULL, 5) if kind == "persistent" else (5,)
+                    expect_error(failures, f"{name}(s, r, {', '.join(map(str, extra))})", TypeError, "",
+                                 lambda name=name, send_spec=send_spec, recv_spec=recv_spec, extra=extra:
+                                 getattr(comm, name)(send_spec, recv_spec, *extra), finisher(kind))
+            for collective in ("alltoall", "allgatherv", "alltoallw"):
+                name = method_name(collective, "persistent")
+                for how, call in (("positional", lambda s, r, name=name: getattr(comm, name)(s, r, MPI.INFO_NULL)),
+                                  ("keyword", lambda s, r, name=name: getattr(comm, name)(s, r, info=MPI.INFO_NULL))):
+                    try:
+                        send_spec, recv_spec = good_specs(nbh, collective)
+                        before = recv_spec[0].copy()
+                        request = call(send_spec, recv_spec)
+                        request.Start()
+                        request.Wait()
+                        request.Free()
+                        expected = before.copy()
+                        getattr(plain(raw), "Neighbor_" + collective)(send_spec, [expected, *recv_spec[1:]])
+                        compare(failures, f"{name} info {how}", recv_spec[0], expected)
+                    except Exception as exc:  # noqa: BLE001
+                        failures.append(f"{name} with info {how}: {describe(exc)}")
     finally:
         raw.Free()
 
@@ -963,38 +925,34 @@ def test_caches_do_not_keep_user_arrays_alive(algorithm):
     request, the user's arrays die with their last reference; ``release_caches()`` is local
     (rank 0 alone calls it) and the communicator keeps working."""
     comm = moore_neighborhood(algorithm=algorithm)
-    failures = []
     try:
-        nbh = neighborhood(comm)
-        for kind in KINDS:
-            collective = "alltoall" if kind != "nonblocking" else "allgather"
-            exchange = Exchange(nbh, collective)
-            send_spec, recv_spec_of = exchange.prepare(uniform(2), salt=11)
-            refs = [weakref.ref(exchange.send), weakref.ref(exchange.recv)]
-            if kind == "persistent":
-                request = comm.Neighbor_alltoall_init(send_spec, recv_spec_of(exchange.recv))
-                request.Start()
-                request.Wait()
-                request.Free()
-            else:
-                run_to_completion(comm, collective, kind, send_spec, recv_spec_of(exchange.recv))
-                request = None
-            del exchange, send_spec, recv_spec_of, request
-            gc.collect()
-            if any(ref() is not None for ref in refs):
-                failures.append(f"{kind} {collective}: the user's arrays outlived their last reference")
-        if RANK == 0:
-            try:
-                comm.release_caches()
-            except Exception as exc:  # noqa: BLE001
-                failures.append(f"release_caches() on rank 0 alone: {describe(exc)}")
-        for collective in ("alltoall", "allgatherv"):
-            start(comm, collective, Exchange(nbh, collective), count_function(collective, 5), salt=12,
-                  label=f"{collective} after release_caches", how="blocking").check(failures)
-    except Exception as exc:  # noqa: BLE001
-        failures.append(describe(exc))
-    try:
-        agree(failures)
+        with agreed_failures() as failures:
+            nbh = neighborhood(comm)
+            for kind in KINDS:
+                collective = "alltoall" if kind != "nonblocking" else "allgather"
+                exchange = Exchange(nbh, collective)
+                send_spec, recv_spec_of = exchange.prepare(uniform(2), salt=11)
+                refs = [weakref.ref(exchange.send), weakref.ref(exchange.recv)]
+                if kind == "persistent":
+                    request = comm.Neighbor_alltoall_init(send_spec, recv_spec_of(exchange.recv))
+                    request.Start()
+                    request.Wait()
+                    request.Free()
+                else:
+                    run_to_completion(comm, collective, kind, send_spec, recv_spec_of(exchange.recv))
+                    request = None
+                del exchange, send_spec, recv_spec_of, request
+                gc.collect()
+                if any(ref() is not None for ref in refs):
+                    failures.append(f"{kind} {collective}: the user's arrays outlived their last reference")
+            if RANK == 0:
+                try:
+                    comm.release_caches()
+                except Exception as exc:  # noqa: BLE001
+                    failures.append(f"release_caches() on rank 0 alone: {describe(exc)}")
+            for collective in ("alltoall", "allgatherv"):
+                start(comm, collective, Exchange(nbh, collective), count_function(collective, 5), salt=12,
+                      label=f"{collective} after release_caches", how="blocking").check(failures)
     finally:
         comm.Free()
 
