@@ -14,6 +14,22 @@ Within one step, all sends and receives start together and the step ends when al
 have completed. Between a pair of ranks, the n-th message ``a`` lists for peer ``b`` in
 a step matches the n-th receive ``b`` lists from ``a`` in that step (MPI's
 non-overtaking order); :func:`sparsecoll.verify.verify` checks that they agree.
+
+Dependencies (SC12 section III-C). The steps are one valid order of a dependency graph
+whose vertices are the messages. A send depends on
+
+* the receive that last brought each item it carries (its *data* dependencies, derived
+  from the items by :func:`dependencies`: a forwarded item leaves once the message that
+  brought it has arrived), and
+* the messages listed for it in ``Pattern.after`` (*ordering* dependencies that a
+  transformation adds, e.g. schedule coloring's "send in color order").
+
+A reference to a message is ``(kind, step, index)`` with ``kind`` :data:`SEND` or
+:data:`RECV` and ``index`` its position in the step's ``sends`` or ``recvs``. Every
+dependency points backwards: a receive of an earlier step, or a send of an earlier step
+or of the same step listed before it. Step execution therefore honours every dependency;
+the DAG executor (:mod:`sparsecoll.execute.dag`) starts a send as soon as its own
+dependencies have completed, without waiting for the rest of the step.
 """
 
 from __future__ import annotations
@@ -26,6 +42,9 @@ ALLTOALL = "alltoall"
 FAMILIES = (ALLGATHER, ALLTOALL)
 
 Item = tuple
+
+#: The kinds of a message reference ``(kind, step, index)``.
+SEND, RECV = "send", "recv"
 
 #: The collectives of each family, as named in mpi4py (without the Neighbor_ prefix).
 COLLECTIVE_FAMILY = {
@@ -79,19 +98,55 @@ class Pattern:
     """One rank's schedule of item-level messages for one collective family.
 
     ``info`` holds algorithm-specific facts (protocol cost, choices made) that
-    :func:`stats` passes through to ``plan_stats``.
+    :func:`stats` passes through to ``plan_stats``. ``after`` maps a send ``(step, index)``
+    to the message references it must wait for beyond its data dependencies (see the
+    module docstring); most algorithms leave it empty.
     """
 
     family: str
     rank: int
     steps: tuple
     info: dict = field(default_factory=dict, compare=False)
+    after: dict = field(default_factory=dict, compare=False)
 
     def items_sent(self) -> Iterable[Item]:
         """Every item this rank sends, in step order (with repeats)."""
         for step in self.steps:
             for message in step.sends:
                 yield from message.items
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """The dependency graph of one rank's Pattern (:func:`dependencies`).
+
+    ``sends[(step, index)]``: the references the send waits for (data, then ordering ones,
+    no repeats); ``final[item]``: the receive that last brought ``item`` (what a local copy
+    into a receive block reads), for every item that arrives.
+    """
+
+    sends: dict
+    final: dict
+
+
+def dependencies(pattern: Pattern) -> Dependencies:
+    """The data dependencies of every send, merged with the Pattern's ordering ones.
+
+    An item is read from where it last arrived (the rule :mod:`sparsecoll.bind` places
+    by), so a send carrying it depends on that receive; an item never received is read
+    from the send buffer and adds nothing.
+    """
+    last = {}  # item -> (RECV, step, index) of its latest arrival so far
+    sends = {}
+    for s, step in enumerate(pattern.steps):
+        for i, message in enumerate(step.sends):
+            refs = [last[item] for item in message.items if item in last]
+            refs += pattern.after.get((s, i), ())
+            sends[(s, i)] = tuple(dict.fromkeys(refs))
+        for i, message in enumerate(step.recvs):
+            for item in message.items:
+                last[item] = (RECV, s, i)
+    return Dependencies(sends, last)
 
 
 def stats(pattern: Pattern) -> dict:

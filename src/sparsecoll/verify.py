@@ -11,13 +11,20 @@ checks that
    earlier step;
 3. every receive block that is not a ``PROC_NULL`` hole obtains its item;
 4. nothing else arrives: a received item is needed by the rank or forwarded by it
-   later, and no item arrives more often than the rank has blocks for it.
+   later, and no item arrives more often than the rank has blocks for it;
+5. the dependency form (:func:`sparsecoll.pattern.dependencies`) is sound: every
+   dependency names an existing message and points backwards (a receive of an earlier
+   step, a send of an earlier step or listed earlier in the same step), so no message
+   depends on a later one; and every forwarded item has arrived, by a receive the send
+   depends on directly or through other sends, before it leaves.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+
+from .pattern import RECV, SEND, dependencies
 
 
 class VerificationError(AssertionError):
@@ -53,8 +60,9 @@ def verify(patterns: Mapping | Sequence, topologies: Mapping | Sequence) -> dict
         step_messages, step_items = _check_matching(s, patterns)
         messages += step_messages
         items += step_items
-    for rank, pattern in patterns.items():  # 2-4. per rank: holding, delivery, nothing extra
+    for rank, pattern in patterns.items():  # 2-5. per rank: holding, delivery, nothing extra, dependencies
         _check_delivery(rank, pattern, topologies[rank], family)
+        _check_dependencies(rank, pattern, topologies[rank], family)
     return {"ranks": len(patterns), "steps": nsteps, "messages": messages, "items": items}
 
 
@@ -116,3 +124,44 @@ def _check_delivery(rank: int, pattern, topo, family: str) -> None:
         if n > max(1, wanted.get(item, 0)):
             raise VerificationError(
                 f"rank {rank} receives item {item} {n} times but has {wanted.get(item, 0)} blocks for it")
+
+
+def _check_dependencies(rank: int, pattern, topo, family: str) -> None:
+    """One rank: dependencies point backwards at existing messages, and each forwarded item
+    has arrived by a receive in the send's dependency closure."""
+    steps = pattern.steps
+    for key in pattern.after:
+        s, i = key
+        if not (0 <= s < len(steps) and 0 <= i < len(steps[s].sends)):
+            raise VerificationError(f"rank {rank}: ordering dependencies given for send {key}, which does not exist")
+    own = {item for item in topo.send_items(family) if item is not None}
+    deps = dependencies(pattern)
+    reached = {}  # (step, index) of a send -> the receives it waits for, directly or through sends
+    last = {}     # item -> its latest arrival before the step being checked
+    for s, step in enumerate(steps):
+        for i, message in enumerate(step.sends):
+            closure = set()
+            for ref in deps.sends[(s, i)]:
+                kind, rs, ri = ref
+                if kind == RECV:
+                    if not (0 <= rs < s and 0 <= ri < len(steps[rs].recvs)):
+                        raise VerificationError(
+                            f"rank {rank}: send {i} of step {s} depends on {ref}, not an earlier receive")
+                    closure.add(ref)
+                elif kind == SEND:
+                    if not (0 <= rs < len(steps) and 0 <= ri < len(steps[rs].sends) and (rs, ri) < (s, i)):
+                        raise VerificationError(
+                            f"rank {rank}: send {i} of step {s} depends on {ref}, not an earlier send")
+                    closure |= reached[(rs, ri)]
+                else:
+                    raise VerificationError(f"rank {rank}: send {i} of step {s} has a malformed dependency {ref}")
+            reached[(s, i)] = closure
+            for item in message.items:
+                if item in own and item not in last:
+                    continue
+                if last.get(item) not in closure:
+                    raise VerificationError(
+                        f"rank {rank}: send {i} of step {s} forwards item {item} without depending on its arrival")
+        for i, message in enumerate(step.recvs):
+            for item in message.items:
+                last[item] = (RECV, s, i)
