@@ -1047,6 +1047,8 @@ def wrappers(draw, names: list, size: int):
         ranks_per_socket = draw(st.sampled_from([None, 1, 1, 2]))
         if ranks_per_socket is not None and ranks_per_socket <= size:
             options["ranks_per_socket"] = ranks_per_socket
+    if name != "native" and draw(st.booleans()):
+        options["executor"] = "dag"  # SC12 III-C: messages start as their dependencies complete
     return (name, options)
 
 
@@ -1169,7 +1171,10 @@ class ProgramRun:
         return self.pool[key]
 
     def _comm(self, call):
-        self.used.add(self.program["wrappers"][call[0]][0])
+        name, options = self.program["wrappers"][call[0]]
+        self.used.add(name)
+        if "executor" in options:
+            self.used.add(f"{name}[{options['executor']}]")
         return self.wrapped[call[0]]
 
     def _complete(self, requests, op) -> None:
@@ -1316,6 +1321,8 @@ def test_random_programs_match_the_mpi_library(capsys, request):
         missing = set(ALGORITHMS + (["auto"] if WITH_AUTO else [])) - summary["used"]
         if problem is None and missing:
             problem = f"no program called {sorted(missing)}"
+        if problem is None and not any(name.endswith("[dag]") for name in summary["used"]):
+            problem = "no program ran the dag executor"
         WORLD.bcast(problem, root=0)
         with capsys.disabled():
             print(f"\nadversarial: {summary['programs']} random programs ran at {SIZE} ranks; "

@@ -16,6 +16,7 @@ from mpi4py import MPI
 
 import sparsecoll
 from sparsecoll.algorithms import REGISTRY
+from sparsecoll.execute import DEFAULT_EXECUTOR, EXECUTORS
 from sparsecoll.pattern import family_of
 
 from . import cases, relay  # noqa: F401  (registers the test-only relay algorithm)
@@ -164,15 +165,19 @@ def _fits(options: dict, size: int) -> bool:
 
 
 def wrapped_algorithms(raw, topology) -> list:
-    """``(label, name, wrapped communicator, families)`` per registered algorithm and variant."""
+    """``(label, name, wrapped communicator, families)`` per registered algorithm and variant,
+    each algorithm that runs sparsecoll's schedules once on every executor."""
     out = []
     for name, alg in REGISTRY.items():
         families = tuple(f for f in ("allgather", "alltoall") if alg.unsupported_reason(topology, f) is None)
         if not families:
             continue
+        executors = [None] if alg.runs_library else [None, *sorted(set(EXECUTORS) - {DEFAULT_EXECUTOR})]
         for options in ({}, *(v for v in VARIANTS.get(name, ()) if _fits(v, raw.Get_size()))):
-            label = name + (f"{options}" if options else "")
-            out.append((label, name, sparsecoll.wrap(raw, name, **options), families))
+            for executor in executors:
+                chosen = {**options, **({"executor": executor} if executor else {})}
+                label = name + (f"{chosen}" if chosen else "")
+                out.append((label, name, sparsecoll.wrap(raw, name, **chosen), families))
     return out
 
 

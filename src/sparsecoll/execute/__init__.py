@@ -2,17 +2,24 @@
 
 * ``steps`` (:mod:`.p2p`, the default): persistent point-to-point requests over absolute
   addresses, one ``Startall`` per step once the previous step has completed.
+* ``dag`` (:mod:`.dag`, SC12 section III-C): the same messages, each started as soon as the
+  messages it depends on have completed (an active queue driven by ``Testsome``/``Waitsome``).
 
-An executor is a class ``Executor(comm, schedule, tag)`` with ``steps`` (lists of persistent
-MPI requests, started one list after the other) and ``free()``.
+An executor is a class ``Executor(comm, schedule, tag)`` with ``steps`` and ``free()``.
+``steps`` are the stages run one after the other: a list of persistent MPI requests
+(started together, complete when all are), or an object with ``start()``, ``test()``,
+``wait()``, ``handles`` and ``completed(position)`` that decides itself what to start
+next (:class:`.dag.DagRun`); :mod:`sparsecoll.runtime.progress` runs both kinds.
 """
 
 from __future__ import annotations
 
+from .dag import DagRun  # noqa: F401  (the stage kind the progress engine drives)
+from .dag import Executor as DagExecutor
 from .p2p import Executor as StepExecutor
 
 #: Every executor, by name.
-EXECUTORS: dict = {"steps": StepExecutor}
+EXECUTORS: dict = {"steps": StepExecutor, "dag": DagExecutor}
 #: The executor of ``wrap`` without ``executor=``.
 DEFAULT_EXECUTOR = "steps"
 

@@ -97,6 +97,23 @@ def joined(pieces) -> tuple:
     return tuple(tuple(piece) for piece in out)
 
 
+def message_buffer(pieces, datatypes: list) -> list:
+    """The mpi4py message of one bound message (a struct datatype made is appended to ``datatypes``).
+
+    A message of one piece (after :func:`joined`) is sent straight from its address
+    with its count and datatype, as the MPI library itself would (MPICH handles that
+    faster than a struct over ``MPI.BOTTOM``); several pieces become one struct.
+    """
+    pieces = joined(pieces)
+    if len(pieces) == 1:
+        address, count, datatype = pieces[0]
+        if address != 0:
+            return [MPI.buffer.fromaddress(address, 1), count, datatype]
+    datatype = message_datatype(pieces)
+    datatypes.append(datatype)
+    return [MPI.BOTTOM, 1, datatype]
+
+
 class Executor:
     """Persistent requests for every step of one bound Schedule on one communicator."""
 
@@ -104,36 +121,22 @@ class Executor:
 
     def __init__(self, comm: MPI.Comm, schedule: Schedule, tag: int):
         self._schedule = schedule  # keeps its temporary space alive
-        self._datatypes = []
+        self._datatypes = datatypes = []
         self.steps = []
         for sends, recvs in schedule.steps:
-            requests = [comm.Recv_init(self._buffer(pieces), peer, tag) for peer, pieces in coalesce(recvs)]
-            requests += [comm.Send_init(self._buffer(pieces), peer, tag) for peer, pieces in coalesce(sends)]
+            requests = [comm.Recv_init(message_buffer(pieces, datatypes), peer, tag)
+                        for peer, pieces in coalesce(recvs)]
+            requests += [comm.Send_init(message_buffer(pieces, datatypes), peer, tag)
+                         for peer, pieces in coalesce(sends)]
             if requests:
                 self.steps.append(requests)
         if schedule.copies:
             me = comm.Get_rank()
             requests = []
             for src, dst in schedule.copies:
-                requests.append(comm.Recv_init(self._buffer((dst,)), me, tag))
-                requests.append(comm.Send_init(self._buffer((src,)), me, tag))
+                requests.append(comm.Recv_init(message_buffer((dst,), datatypes), me, tag))
+                requests.append(comm.Send_init(message_buffer((src,), datatypes), me, tag))
             self.steps.append(requests)
-
-    def _buffer(self, pieces) -> list:
-        """The mpi4py message of one bound message.
-
-        A message of one piece (after :func:`joined`) is sent straight from its address
-        with its count and datatype, as the MPI library itself would (MPICH handles that
-        faster than a struct over ``MPI.BOTTOM``); several pieces become one struct.
-        """
-        pieces = joined(pieces)
-        if len(pieces) == 1:
-            address, count, datatype = pieces[0]
-            if address != 0:
-                return [MPI.buffer.fromaddress(address, 1), count, datatype]
-        datatype = message_datatype(pieces)
-        self._datatypes.append(datatype)
-        return [MPI.BOTTOM, 1, datatype]
 
     def free(self) -> None:
         """Release requests and datatypes (no step of the executor may be in flight; idempotent)."""

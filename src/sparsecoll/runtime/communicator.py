@@ -23,7 +23,7 @@ from .auto import AutoDispatch, FamilyModel, local_class
 from .caches import CACHE_SIZE, ParseCache, Recent, call_signature
 from .channels import Channels
 from .plan import CallPlan, Plan
-from .progress import ENGINE, ScheduleRequest, run_stages
+from .progress import ENGINE, ScheduleRequest, run_stages, single_stage
 
 _ndarray = numpy.ndarray
 
@@ -70,7 +70,7 @@ class CommRuntime:
         self._layouts_made = 0
         # call keys: (CallPlan, layout number[, item sizes of the size pass])
         self._schedules = Recent()  # call key -> bound Schedule
-        self._blocking = Recent(evict=Executor.free)  # call key -> executor of blocking calls
+        self._blocking = Recent(evict=_free_executor)  # call key -> executor of blocking calls (of any kind)
         # call key -> {channel: idle executor}; an executor in flight is out of its pool
         self._idle = Recent(evict=_free_pool, size=NONBLOCKING_KEYS)
         self.schedules_bound = 0  # bind() calls for collective calls
@@ -479,8 +479,9 @@ def _plain(comm: MPI.Comm) -> MPI.Comm:
 def _request_for(executor: Executor, **kwargs) -> ScheduleRequest:
     """A request running ``executor``'s steps (one step: handled by MPI alone, bypassing the engine)."""
     steps = executor.steps
-    if len(steps) == 1:
-        return ScheduleRequest(single=steps[0], **kwargs)
+    single = single_stage(steps)
+    if single is not None:
+        return ScheduleRequest(single=single, **kwargs)
     return ScheduleRequest(lambda: steps, **kwargs)
 
 
@@ -492,8 +493,9 @@ class _PooledRequest(ScheduleRequest):
 
     def __init__(self, executor: Executor, runtime: CommRuntime, key, pool: dict, channel: int, keep):
         steps = executor.steps
-        if len(steps) == 1:  # handled by MPI alone, bypassing the engine
-            ScheduleRequest.__init__(self, single=steps[0], persistent=False, keep=keep)
+        single = single_stage(steps)
+        if single is not None:  # handled by MPI alone, bypassing the engine
+            ScheduleRequest.__init__(self, single=single, persistent=False, keep=keep)
         else:
             ScheduleRequest.__init__(self, lambda: steps, persistent=False, keep=keep)
         self._runtime = runtime
@@ -510,6 +512,10 @@ class _PooledRequest(ScheduleRequest):
             runtime._park(self._key, self._pool, self._channel, self._executor)
             self._key = self._pool = self._executor = None
         ScheduleRequest._complete(self)
+
+
+def _free_executor(executor) -> None:
+    executor.free()
 
 
 def _free_pool(pool: dict) -> None:

@@ -18,8 +18,14 @@ from one stage to the next is sparsecoll's job, and it is done by one engine per
   only looks every interval, and never waits for the engine's lock), and sleeps until the
   next request once nothing has been in flight for a while.
 
-A request of a single stage (the ``direct`` algorithm's usual schedule) is never handed
-to the engine: MPI progresses it alone, so that path costs nothing extra.
+A stage is either a list of persistent requests (the step executor's) or a *dynamic*
+stage that starts its own messages as others complete (the DAG executor's
+:class:`~sparsecoll.execute.dag.DagRun`, with ``start``/``test``/``wait``, the ``handles`` in
+flight and ``completed(position)`` for a handle a wait over several requests completed).
+
+A request of a single list stage (the ``direct`` algorithm's usual schedule) is never
+handed to the engine: MPI progresses it alone, so that path costs nothing extra. A
+dynamic stage always goes through the engine: only sparsecoll can start its next messages.
 
 State shared with the thread is guarded by :data:`ENGINE`'s lock. While a thread waits
 through the engine it holds the lock (it waits on every request in flight at once), so
@@ -47,7 +53,9 @@ FEW_REQUESTS = 2
 
 def start_stage(stage) -> None:
     """Start the persistent requests of a stage."""
-    if len(stage) > FEW_REQUESTS:
+    if type(stage) is not list:
+        stage.start()
+    elif len(stage) > FEW_REQUESTS:
         _Startall(stage)
     else:
         for request in stage:
@@ -56,11 +64,27 @@ def start_stage(stage) -> None:
 
 def wait_stage(stage) -> None:
     """Wait for every request of a started stage."""
-    if len(stage) > FEW_REQUESTS:
+    if type(stage) is not list:
+        stage.wait()
+    elif len(stage) > FEW_REQUESTS:
         _Waitall(stage)
     else:
         for request in stage:
             request.Wait()
+
+
+def test_stage(stage) -> bool:
+    """Progress a started stage without blocking; True once all of it has completed."""
+    if type(stage) is not list:
+        return stage.test()
+    return _Testall(stage)
+
+
+def single_stage(stages):
+    """The one list stage of ``stages`` that MPI can progress alone, else None (the engine is needed)."""
+    if len(stages) == 1 and type(stages[0]) is list:
+        return stages[0]
+    return None
 
 
 #: Seconds without progress driven by a sparsecoll call after which the progress thread steps in.
@@ -121,11 +145,19 @@ class ProgressEngine:
                 request._advance()
             if request._current is None:
                 return
-            handles = list(request._current)
-            for other in others:
-                if other._current is not None:
-                    handles.extend(other._current)
-            _Waitany(handles)
+            handles, dynamic = [], []  # dynamic: (first position, stage) of each dynamic stage
+            for current in [request._current] + [other._current for other in others]:
+                if current is None:
+                    continue
+                if type(current) is list:
+                    handles.extend(current)
+                else:
+                    dynamic.append((len(handles), current))
+                    handles.extend(current.handles)
+            index = _Waitany(handles)
+            for first, stage in dynamic:
+                if first <= index < first + len(stage.handles):
+                    stage.completed(index - first)
 
     # -- the thread ------------------------------------------------------------------
     def _loop(self) -> None:
@@ -203,7 +235,7 @@ class ScheduleRequest:
     def _advance(self) -> None:
         """Start the next stages while the current one has completed."""
         try:
-            while self._current is not None and _Testall(self._current):
+            while self._current is not None and test_stage(self._current):
                 self._next_stage()
         except Exception as error:  # a failing stage (e.g. a bind error): reported by Wait/Test
             self._fail(error)
