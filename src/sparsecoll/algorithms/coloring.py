@@ -65,7 +65,7 @@ lower bound on ``colors``), ``coloring_rounds`` (over all ranks) and ``coloring_
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 
 from mpi4py import MPI
 
@@ -140,7 +140,7 @@ class _EdgeColoring:
         self.out_next = [0] * nsteps
         self.in_next = [0] * nsteps
         self.ready = {}  # (step, receiver) -> (taken bitmask, round) from its READY
-        self.local = []  # messages to myself (self loops), delivered without MPI
+        self.local = deque()  # messages to myself (self loops), delivered without MPI
 
     def exchange_degrees(self) -> None:
         """Step 1: learn the other end's degree of every edge; order the edges by priority."""
@@ -217,7 +217,7 @@ class _EdgeColoring:
         edges = sum(map(len, self.out_order)) + sum(map(len, self.in_order))
         while len(self.out_colors) + len(self.in_colors) < edges:
             if self.local:
-                self._handle(self.local.pop(0), self.me)
+                self._handle(self.local.popleft(), self.me)
             else:
                 self._handle(*self.channel.recv(MPI.ANY_SOURCE, TAG_COLOR))
         self.channel.finish()
