@@ -156,6 +156,9 @@ def _run(comm, case: Case, recv: cases.Layout, mode: str, salt: int, request_box
 VARIANTS = {
     # several halving steps on a small machine: one or two ranks per socket
     "distance_halving": ({"ranks_per_socket": 1}, {"ranks_per_socket": 2, "sockets_per_node": 2}),
+    # schedule coloring (SC12 II-A3): sends reordered into rounds, on a one-step and a multi-step pattern
+    "direct": ({"coloring": True},),
+    "common_neighbor": ({"coloring": True},),
 }
 
 

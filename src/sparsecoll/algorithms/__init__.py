@@ -10,11 +10,16 @@ entry whose calls go straight to the MPI library (``native``); its ``build`` giv
 one-step pattern the library uses, which ``plan_stats`` reports.
 The table below is the only place an algorithm is listed; ``"auto"`` is resolved by
 :mod:`sparsecoll.model.choice`.
+
+Transformations of a built Pattern are options of every algorithm that builds one
+(:data:`SHARED_OPTIONS`, checked here, not listed in each entry): ``coloring=True`` orders
+each step's sends by a greedy edge coloring (:mod:`.coloring`). :func:`build_pattern` is
+the one place that builds a Pattern and applies them.
 """
 
 from __future__ import annotations
 
-from . import cartesian, common_neighbor, direct, distance_halving, native
+from . import cartesian, coloring, common_neighbor, direct, distance_halving, native
 from .base import Algorithm
 
 #: Every algorithm, by name (the order of ``sparsecoll.algorithms()``).
@@ -28,7 +33,12 @@ REGISTRY: dict = {algorithm.name: algorithm for algorithm in (
 )}
 AUTO = "auto"  # the name that asks the cost model (not an entry)
 
-__all__ = ["Algorithm", "REGISTRY", "AUTO", "get", "register", "check_name", "check_options"]
+#: Options of every algorithm that builds a Pattern (not ``native``), with their defaults:
+#: the transformations :func:`build_pattern` applies after the algorithm's ``build``.
+SHARED_OPTIONS = {coloring.OPTION: False}
+
+__all__ = ["Algorithm", "REGISTRY", "AUTO", "SHARED_OPTIONS", "get", "register", "check_name", "check_options",
+           "build_pattern", "builds_locally"]
 
 
 def register(algorithm: Algorithm) -> Algorithm:
@@ -66,11 +76,34 @@ def check_options(name: str, options: dict, size: int) -> dict:
     candidates = REGISTRY.values() if name == AUTO else [get(name)]
     for algorithm in candidates:
         known.update(algorithm.options)
+        if not algorithm.runs_library:
+            known.update(SHARED_OPTIONS)
     unknown = sorted(set(options) - set(known))
+    if name != AUTO and get(name).runs_library and set(SHARED_OPTIONS) & set(options):
+        shared = sorted(set(SHARED_OPTIONS) & set(options))[0]
+        raise TypeError(f"{shared}: algorithm {name!r} runs the MPI library's own call; it builds no pattern "
+                        f"to transform")
     if unknown:
         raise TypeError(f"options: unknown option(s) {unknown} for algorithm {name!r}; known: {sorted(known)}")
     merged = {**known, **options}
     for algorithm in candidates:
         if algorithm.check is not None:
             merged.update(algorithm.check({key: merged[key] for key in algorithm.options}, size))
+    if coloring.OPTION in merged:
+        coloring.check_coloring(merged[coloring.OPTION])
     return merged
+
+
+def builds_locally(name: str, options: dict) -> bool:
+    """Whether :func:`build_pattern` builds ``name``'s Pattern with ``options`` without
+    communicating (the algorithm builds locally and no transformation runs a protocol)."""
+    return get(name).builds_locally and not options.get(coloring.OPTION, False)
+
+
+def build_pattern(name: str, topology, comm, options: dict, family: str):
+    """Build ``name``'s Pattern for ``family``, then apply the transformations its options ask
+    for (collective over ``comm`` unless :func:`builds_locally`)."""
+    pattern = get(name).build(topology, comm, options, family)
+    if options.get(coloring.OPTION, False):
+        pattern = coloring.color(pattern, topology, comm)
+    return pattern

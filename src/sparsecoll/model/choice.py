@@ -191,7 +191,12 @@ def candidates(topology, family: str) -> list:
 
 def local_costs(topology, family: str, options: dict, load: Load, placement, patterns: dict) -> dict:
     """``{candidate: Cost}`` for this rank; ``patterns`` holds the Patterns built so far (by name),
-    and gets those of locally built candidates added."""
+    and gets those of locally built candidates added.
+
+    A locally built candidate is charged on the Pattern its algorithm builds, before the
+    transformations of :func:`sparsecoll.algorithms.build_pattern`: ``coloring`` (a protocol)
+    only reorders each step's sends and adds ordering dependencies, which leaves every
+    peer's message sequence, and so the wire runs this model charges, unchanged."""
     costs = {}
     for name in candidates(topology, family):
         algorithm = algorithms.get("direct" if name == NATIVE else name)

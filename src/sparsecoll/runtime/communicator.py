@@ -93,12 +93,11 @@ class CommRuntime:
         key = self._pattern_key(plan, family)
         pattern = self.patterns.get(key)
         if pattern is None:
-            algorithm = algorithms.get(key[0])
-            reason = algorithm.unsupported_reason(self.topology, family)
+            reason = algorithms.get(key[0]).unsupported_reason(self.topology, family)
             if reason is not None:
                 raise NotImplementedError(reason)
             start = time.perf_counter()
-            pattern = algorithm.build(self.topology, self.private, dict(plan.options), family)
+            pattern = algorithms.build_pattern(key[0], self.topology, self.private, dict(plan.options), family)
             self.build_seconds[key] = time.perf_counter() - start
             self.patterns[key] = pattern
         return pattern
@@ -106,7 +105,7 @@ class CommRuntime:
     def built_pattern(self, plan: Plan, collective: str):
         """The Pattern if this rank has it or can build it without communicating, else None."""
         key = self._pattern_key(plan, family_of(collective))
-        if key in self.patterns or algorithms.get(key[0]).builds_locally:
+        if key in self.patterns or algorithms.builds_locally(key[0], plan.options):
             return self.pattern(plan, collective)
         return None
 
@@ -305,8 +304,8 @@ class CommRuntime:
     def build_uncached(self, plan: Plan, collective: str):
         """Build ``plan``'s Pattern for ``collective`` anew, not cached (collective for protocols)."""
         family = family_of(collective)
-        algorithm = algorithms.get(self._pattern_key(plan, family)[0])
-        return algorithm.build(self.topology, self.private, dict(plan.options), family)
+        name = self._pattern_key(plan, family)[0]
+        return algorithms.build_pattern(name, self.topology, self.private, dict(plan.options), family)
 
     def bind_uncached(self, plan: Plan, collective: str, sendbuf, recvbuf):
         """One call's Schedule made from scratch: parse, size pass where needed (collective), bind."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..algorithms import check_options
+from ..algorithms import build_pattern, check_options
 from ..algorithms import get as get_algorithm
 from ..algorithms.common_neighbor import pair_friends
 from ..algorithms.protocol import ProtocolChannel
@@ -90,7 +90,7 @@ def build_patterns(topologies, algorithm: str, family: str, options: dict | None
             raise NotImplementedError(f"rank {topology.rank}: {reason}")
     world = World(len(topologies), topologies)
     start, cpu = time.perf_counter(), time.process_time()
-    patterns = world.run(lambda comm: entry.build(comm.topology, comm, options, family))
+    patterns = world.run(lambda comm: build_pattern(algorithm, comm.topology, comm, options, family))
     seconds = time.perf_counter() - start
     run = BuildRun(algorithm, family, topologies, patterns, [c.as_dict() for c in world.counters], seconds)
     run.info["build_cpu_seconds"] = time.process_time() - cpu  # wall time counts other processes' load too
