@@ -9,7 +9,7 @@ import pytest
 
 from sparsecoll.model import paper2023 as eq
 from sparsecoll.model.calibrate import fit_hockney
-from sparsecoll.model.evaluate import evaluate, predict
+from sparsecoll.model.evaluate import CompiledPatterns, evaluate, predict
 from sparsecoll.model.params import Machine, Placement, hockney, loggp
 from sparsecoll.pattern import Message, Pattern, Step
 from sparsecoll.sim.harness import build_patterns
@@ -217,3 +217,101 @@ def test_loggp_burst_fit_inverts_the_evaluator():
     assert fit == pytest.approx({"L": 50e-6, "o": 0.0, "g": 3e-6, "G": 0.2e-9}, rel=1e-6, abs=1e-15)
     with pytest.raises(ValueError, match="counts"):
         fit_loggp_bursts([4, 4], [1.0, 1.0], sizes, [1.0] * 4, smallest)
+
+
+# -- execution="dag": the dependency graph run as soon as it may --------------------------
+
+def explicit(n, steps_per_rank):
+    """Patterns from {rank: [(sends [(peer, items)], recvs [(peer, items)]), ...]} with explicit items."""
+    def messages(pairs):
+        return tuple(Message(peer, tuple(items)) for peer, items in pairs)
+    return [Pattern("allgather", r, tuple(Step(messages(sends), messages(recvs))
+                                          for sends, recvs in steps_per_rank.get(r, [])))
+            for r in range(n)]
+
+
+def test_dag_equals_steps_on_one_step_patterns():
+    # integer costs: both evaluations are exact, so they must agree bit for bit
+    machines = [hockney(ALPHA, BETA), loggp(5.0, 1.0, 3.0, 0.25)]
+    spec = {0: [([(1, 1), (2, 1), (3, 1)], [(1, 1), (2, 1), (3, 1)])]}
+    for r in (1, 2, 3):
+        spec[r] = [([(0, 1)], [(0, 1)])]
+    cases = [patterns(4, spec)]
+    for algorithm, options in (("direct", {}), ("direct", {"coloring": True})):
+        cases.append(build_patterns(generate("random:density=0.3,seed=3", 32), algorithm, "alltoall", options).patterns)
+    for case in cases:
+        for machine in machines:
+            for duplex in (False, True):
+                steps = evaluate(case, machine, M, duplex=duplex)
+                dag = evaluate(case, machine, M, duplex=duplex, execution="dag")
+                assert dag.ends.tolist() == steps.ends.tolist()
+
+
+def test_dag_forwards_an_early_arrival_without_waiting_for_the_step():
+    # step 0: 1 -> 0 arrives at T; 2 sends to 3, 4, then 0 (arrives at 3T). step 1: 0 forwards 1's block to 3.
+    # steps: 0's step 1 starts at 3T, 3 receives at 4T. dag: the forward waits only for 1's block (done at T),
+    # leaves at T..2T, before 0 takes 2's block (transfer begun at 2T, done 3T); 3 receives at 2T.
+    case = explicit(5, {0: [([], [(1, [(1,)]), (2, [(2,)])]), ([(3, [(1,)])], [])],
+                        1: [([(0, [(1,)])], [])],
+                        2: [([(3, [(2,)]), (4, [(2,)]), (0, [(2,)])], [])],
+                        3: [([], [(2, [(2,)])]), ([], [(0, [(1,)])])],
+                        4: [([], [(2, [(2,)])])]})
+    machine = hockney(ALPHA, BETA)
+    steps = evaluate(case, machine, M)
+    dag = evaluate(case, machine, M, execution="dag")
+    assert steps.ends.tolist() == pytest.approx([4 * T(), T(), 3 * T(), 4 * T(), 2 * T()])
+    assert dag.ends.tolist() == pytest.approx([3 * T(), T(), 3 * T(), 2 * T(), 2 * T()])
+    assert steps.latency - dag.latency == pytest.approx(T())
+    # LogGP (L 5, o 1, g 3, G 0.25, 4 B: spacing 3.75, a transfer o + 3G + L = 6.75): 0's forward leaves at
+    # 6.75 + o = 7.75 instead of 15.25 (2's block is sent at 7.5, arrives at 14.25): 3 gets it at 15.5, not 23
+    machine = loggp(5.0, 1.0, 3.0, 0.25)
+    assert evaluate(case, machine, M).latency == pytest.approx(23.0)
+    assert evaluate(case, machine, M, execution="dag").latency == pytest.approx(15.5)
+
+
+def test_dag_is_no_theorem_a_ready_later_send_can_take_the_port_first():
+    # 0 -> 1 in step 0; 1 forwards it to 2 in step 1, and 2 to 3 in step 2; 1 also sends its own block
+    # to 4 in step 2. steps: 3T. dag: 1's own send waits for nothing and takes the port at 0, so the
+    # receive from 0 and every forward after it come T later: 4T.
+    case = explicit(5, {0: [([(1, [(0,)])], [])],
+                        1: [([], [(0, [(0,)])]), ([(2, [(0,)])], []), ([(4, [(1,)])], [])],
+                        2: [([], []), ([], [(1, [(0,)])]), ([(3, [(0,)])], [])],
+                        3: [([], []), ([], []), ([], [(2, [(0,)])])],
+                        4: [([], []), ([], []), ([], [(1, [(1,)])])]})
+    machine = hockney(ALPHA, BETA)
+    assert evaluate(case, machine, M).latency == pytest.approx(3 * T())
+    assert evaluate(case, machine, M, execution="dag").latency == pytest.approx(4 * T())
+
+
+def test_dag_no_slower_than_steps_on_every_registered_algorithm():
+    """Not a theorem (previous test), but true of every registered algorithm's patterns at 64 ranks."""
+    from sparsecoll.algorithms import REGISTRY
+    machines = [hockney(1e-6, 1e-9), loggp(1.2e-6, 4e-7, 5e-7, 3e-10)]
+    checked = set()
+    for name, algorithm in REGISTRY.items():
+        if algorithm.runs_library:
+            continue
+        for topology in ("moore:D=2,R=1", "random:density=0.3,seed=1"):
+            for family in ("allgather", "alltoall"):
+                for options in ({}, {"coloring": True}):
+                    try:
+                        run = build_patterns(generate(topology, 64), name, family, options, verify=False)
+                    except NotImplementedError:
+                        continue
+                    compiled = CompiledPatterns.from_patterns(run.patterns, graph=True)
+                    for machine in machines:
+                        for size in (16, 65536):
+                            steps = evaluate(compiled, machine, size).latency
+                            dag = evaluate(compiled, machine, size, execution="dag").latency
+                            assert dag <= steps * (1 + 1e-9), (name, topology, family, options, machine.model, size)
+                    checked.add(name)
+    assert checked == {n for n, a in REGISTRY.items() if not a.runs_library}
+
+
+def test_execution_is_checked():
+    case = patterns(2, {0: [([(1, 1)], [])], 1: [([], [(0, 1)])]})
+    with pytest.raises(ValueError, match="execution"):
+        evaluate(case, hockney(ALPHA, BETA), M, execution="eager")
+    with pytest.raises(ValueError, match="graph=True"):
+        evaluate(CompiledPatterns.from_patterns(case), hockney(ALPHA, BETA), M, execution="dag")
+    assert predict(case, hockney(ALPHA, BETA), [M], execution="dag") == {M: pytest.approx(T())}
