@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from mpi4py import MPI
@@ -87,6 +88,39 @@ def test_simulate_command_answers_a_bad_spec_in_one_line(spec):
         main(["simulate", "--ranks", "16", "--topology", spec])
     message = str(exit_info.value.code)
     assert message.startswith("simulate: ") and "\n" not in message and spec.partition(":")[0] in message
+
+
+def test_simulate_command_predicts_steps_and_dag_side_by_side_with_algorithm_options(capsys, tmp_path):
+    from sparsecoll.tools.cli import main
+    assert main(["simulate", "--ranks", "16", "--topology", "moore:D=2,R=1", "--family", "alltoall",
+                 "--algorithms", "direct,direct+coloring,cartesian_trivial", "--sizes", "4,64",
+                 "--execution", "steps,dag", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "t(4B)[steps]" in out and "t(64B)[dag]" in out and "\ndirect+coloring " in out
+    results = json.loads((tmp_path / "simulate.json").read_text())
+    assert results["executions"] == ["steps", "dag"]
+    colored = results["algorithms"]["direct+coloring"]
+    assert colored["options"] == {"coloring": True} and colored["max_steps"] == 1
+    trivial = results["algorithms"]["cartesian_trivial"]
+    assert trivial["latency"] == trivial["latency_by_execution"]["steps"]
+    # the trivial algorithm's rounds depend on nothing: as a DAG they run like direct's one step
+    assert trivial["latency_by_execution"]["dag"] == results["algorithms"]["direct"]["latency_by_execution"]["dag"]
+    assert trivial["max_steps"] > 1 and set(trivial["speedup_over_direct_by_execution"]) == {"steps", "dag"}
+    for bad, word in ((["--execution", "eager"], "--execution"), (["--algorithms", "direct+colour"], "colour")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["simulate", "--ranks", "16", "--topology", "moore:D=2,R=1", *bad])
+        assert str(exit_info.value.code).startswith("simulate: ") and word in str(exit_info.value.code)
+
+
+def test_parse_variant_reads_names_and_options():
+    from sparsecoll.algorithms import parse_variant
+    assert parse_variant("direct") == ("direct", {})
+    assert parse_variant("direct+coloring") == ("direct", {"coloring": True})
+    assert parse_variant("distance_halving+ranks_per_socket=4+coloring=false") == (
+        "distance_halving", {"ranks_per_socket": 4, "coloring": False})
+    for bad in ("", "nosuch+coloring", "direct+", "direct+coloring="):
+        with pytest.raises(ValueError, match="algorithm"):
+            parse_variant(bad)
 
 
 def test_create_dist_graph_from_adjacency():

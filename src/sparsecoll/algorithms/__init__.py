@@ -38,7 +38,7 @@ AUTO = "auto"  # the name that asks the cost model (not an entry)
 SHARED_OPTIONS = {coloring.OPTION: False}
 
 __all__ = ["Algorithm", "REGISTRY", "AUTO", "SHARED_OPTIONS", "get", "register", "check_name", "check_options",
-           "build_pattern", "builds_locally"]
+           "build_pattern", "builds_locally", "parse_variant"]
 
 
 def register(algorithm: Algorithm) -> Algorithm:
@@ -98,6 +98,35 @@ def builds_locally(name: str, options: dict) -> bool:
     """Whether :func:`build_pattern` builds ``name``'s Pattern with ``options`` without
     communicating (the algorithm builds locally and no transformation runs a protocol)."""
     return get(name).builds_locally and not options.get(coloring.OPTION, False)
+
+
+def _option_value(text: str):
+    """An option value written on a command line: true/false, an int, a float, else the text."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_variant(text: str) -> tuple:
+    """``NAME[+OPTION[=VALUE]]...`` (e.g. ``direct+coloring``, ``distance_halving+ranks_per_socket=4``)
+    -> ``(name, options)``; an option without a value is ``True``. Checks the name, not the options
+    (:func:`check_options` does, for the communicator size)."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"algorithms: expected NAME[+OPTION[=VALUE]]..., got {text!r}")
+    name, *parts = [part.strip() for part in text.strip().split("+")]
+    check_name(name)
+    options = {}
+    for part in parts:
+        key, eq, value = part.partition("=")
+        if not key or (eq and not value):
+            raise ValueError(f"algorithms: bad option {part!r} in {text!r}; expected OPTION or OPTION=VALUE")
+        options[key] = _option_value(value) if eq else True
+    return name, options
 
 
 def build_pattern(name: str, topology, comm, options: dict, family: str):

@@ -316,9 +316,10 @@ class CommRuntime:
         sizes = self.run_size_pass(call, send) if call.size_pass else None
         return self.bind(call, send, recv, sizes)
 
-    def requests_for(self, schedule) -> Executor:
-        """The persistent requests and datatypes a call makes for ``schedule`` (never started; ``.free()`` them)."""
-        return Executor(self.private, schedule, BLOCKING_CHANNEL)
+    def requests_for(self, schedule, executor: str = execute.DEFAULT_EXECUTOR):
+        """The persistent requests and datatypes a call of ``executor`` (a name of
+        :data:`sparsecoll.execute.EXECUTORS`) makes for ``schedule`` (never started; ``.free()`` them)."""
+        return execute.get(executor)(self.private, schedule, BLOCKING_CHANNEL)
 
     # -- calls ----------------------------------------------------------------------------------
     def blocking(self, call: CallPlan, sendbuf, recvbuf) -> None:

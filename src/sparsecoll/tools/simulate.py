@@ -2,9 +2,10 @@
 
 For a topology SPEC every requested registered algorithm is built on ``--ranks`` virtual
 ranks, verified, and evaluated with a cost model for each block size
-(:func:`sparsecoll.sim.simulate.simulate`). It prints predicted latencies, speedups over
-``direct`` and the deterministic counts; ``--out DIR`` writes ``simulate.json`` and a
-figure. ``--compare-params LABEL=FILE`` evaluates the same Patterns with further
+(:func:`sparsecoll.sim.simulate.simulate`) and execution (``--execution steps,dag``: step
+by step, and each message as soon as its dependencies allow, side by side). It prints
+predicted latencies, speedups over ``direct`` and the deterministic counts; ``--out DIR``
+writes ``simulate.json`` and a figure. ``--compare-params LABEL=FILE`` evaluates the same Patterns with further
 parameter sets (built once, predicted per set).
 """
 
@@ -24,7 +25,12 @@ def add_arguments(parser) -> None:
                         help="SPEC: random:density=D[,seed=S] | sparse-alltoall:p=P[,seed=S] | moore:D=d,R=r | "
                              "stencil:d=D,n=N,f=F | matrix:PATH (empty PATH: a bundled SuiteSparse matrix; "
                              "needs scipy), as the benchmark's (all but cart)")
-    parser.add_argument("--algorithms", default="direct", help="registered algorithms, comma separated")
+    parser.add_argument("--algorithms", default="direct",
+                        help="registered algorithms, comma separated, each NAME[+OPTION[=VALUE]]... "
+                             "(e.g. direct+coloring)")
+    parser.add_argument("--execution", default="steps",
+                        help="comma list of steps (a step starts when the rank's previous one is done) and "
+                             "dag (each message as soon as its dependencies allow); the first gives 'latency'")
     parser.add_argument("--family", default="allgather", choices=("allgather", "alltoall"))
     parser.add_argument("--sizes", default="4,64,1024", help="bytes per block, comma separated")
     parser.add_argument("--placement", default=None, help="LxS: L ranks per socket, S sockets per node")
@@ -51,18 +57,23 @@ def load_machine(path):
 
 def _table(results: dict) -> str:
     sizes = [str(m) for m in results["sizes"]]
+    executions = results.get("executions", ["steps"])
+    columns = [(m, execution, f"t({m}B)" + (f"[{execution}]" if len(executions) > 1 else ""))
+               for m in sizes for execution in executions]
     head = f"{'algorithm':<18} {'build s':>8} {'steps':>5} {'max sends':>9} {'mean sends':>10} " \
            f"{'p2p msgs':>9} {'p2p bytes':>10} {'depth':>5} " \
-           + " ".join(f"{'t(' + m + 'B)':>11} {'x':>5}" for m in sizes)
+           + " ".join(f"{title:>{max(11, len(title))}} {'x':>5}" for _, _, title in columns)
     lines = [head]
     for name, e in results["algorithms"].items():
         if "unsupported" in e:
             lines.append(f"{name:<18} unsupported: {e['unsupported']}")
             continue
         cells = []
-        for m in sizes:
-            speed = e.get("speedup_over_direct", {}).get(m)
-            cells.append(f"{e['latency'][m]:11.4g} {speed:5.2f}" if speed else f"{e['latency'][m]:11.4g} {'-':>5}")
+        for m, execution, title in columns:
+            latency = e["latency_by_execution"][execution][m]
+            speed = e.get("speedup_over_direct_by_execution", {}).get(execution, {}).get(m)
+            width = max(11, len(title))
+            cells.append(f"{latency:{width}.4g} {speed:5.2f}" if speed else f"{latency:{width}.4g} {'-':>5}")
         lines.append(f"{name:<18} {e['build_seconds']:8.2f} {e['max_steps']:5d} {e['max_sends']:9d} "
                      f"{e['mean_sends']:10.1f} {e['max_messages']:9d} {e['max_bytes']:10d} {e['max_depth']:5d} "
                      + " ".join(cells))
@@ -83,12 +94,17 @@ def write_outputs(results: dict, out: str) -> list:
         return paths
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     sizes = results["sizes"]
+    executions = results.get("executions", ["steps"])
     for name, e in results["algorithms"].items():
         if "latency" not in e:
             continue
-        ax1.plot(sizes, [e["latency"][str(m)] for m in sizes], marker="o", label=name)
-        if "speedup_over_direct" in e:
-            ax2.plot(sizes, [e["speedup_over_direct"][str(m)] for m in sizes], marker="o", label=name)
+        for execution, style in zip(executions, ("-", "--")):
+            label = name + (f" [{execution}]" if len(executions) > 1 else "")
+            line, = ax1.plot(sizes, [e["latency_by_execution"][execution][str(m)] for m in sizes], style, marker="o",
+                             label=label)
+            if "speedup_over_direct_by_execution" in e:
+                ax2.plot(sizes, [e["speedup_over_direct_by_execution"][execution][str(m)] for m in sizes], style,
+                         marker="o", label=label, color=line.get_color())
     for ax, label in ((ax1, "predicted latency (model units)"), (ax2, "speedup over direct")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("bytes per block")
@@ -119,16 +135,25 @@ def run(args) -> int:
         raise SystemExit("simulate: --nic needs --placement")
     sizes = [int(s) for s in args.sizes.split(",")]
     names = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    executions = [e.strip() for e in args.execution.split(",") if e.strip()]
     try:
+        from sparsecoll.algorithms import check_options, parse_variant
+        from sparsecoll.model.evaluate import EXECUTIONS
+        for name in names:
+            check_options(*parse_variant(name), args.ranks)
+        if not executions or any(e not in EXECUTIONS for e in executions):
+            raise ValueError(f"--execution: expected a comma list of {', '.join(EXECUTIONS)}, got {args.execution!r}")
         compare = parse_labelled_params(args.compare_params)
-    except (ValueError, OSError) as exc:
+    except (ValueError, TypeError, OSError) as exc:
         raise SystemExit(f"simulate: {exc}") from None
     results = simulate(args.ranks, args.topology, names, args.family, sizes, machine, placement,
-                       nic=args.nic, duplex=args.duplex, verify=not args.no_verify, compare=compare)
+                       nic=args.nic, duplex=args.duplex, verify=not args.no_verify, compare=compare,
+                       executions=executions)
     print(f"{args.ranks} virtual ranks, topology {args.topology} ({results['edges']} edges), {args.family}, "
           f"{machine.model} model from {where}, placement {args.placement or 'none (all pairs network)'}"
           f"{', node injection serialized' if args.nic else ''}{', duplex ports' if args.duplex else ''}")
-    print("t(mB): predicted latency in seconds (model units for the normalized model); x: speedup over direct;"
+    print("t(mB)[execution]: predicted latency in seconds (model units for the normalized model); x: speedup over "
+          "direct in the same execution;"
           " p2p/depth: protocol cost of building (max over ranks)")
     print(_table(results))
     for label in compare:
