@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import subprocess
 import sys
@@ -53,6 +54,43 @@ def test_bench_tiny_run_writes_complete_results(tmp_path):
             assert entry["plan"]["messages_max"] >= 0 and entry["plan"]["steps_max"] >= 0
     assert (out / "results.csv").read_text().count("\n") == 1 + sum(len(r["algorithms"]) for r in data["results"])
     assert list(out.glob("bench_*.png"))
+
+
+@pytest.mark.timeout(600)
+def test_bench_measures_every_pattern_algorithm_once_per_executor_in_the_same_run(tmp_path):
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "sparsecoll", "bench", "--np", "4", "--topology", "moore:D=2,R=1",
+               "--collective", "alltoall", "--sizes", "8", "--reps", "3", "--warmup", "1", "--phase-reps", "1",
+               "--algorithms", "native,direct,direct+coloring,cartesian,auto", "--executors", "steps,dag",
+               "--out", str(out)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=540, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    data = json.loads((out / "results.json").read_text())
+    assert data["environment"]["executors"] == "steps,dag"
+    (result,) = data["results"]
+    entries = result["algorithms"]
+    assert list(entries) == ["native", "direct[steps]", "direct[dag]", "direct+coloring[steps]",
+                             "direct+coloring[dag]", "cartesian[steps]", "cartesian[dag]", "auto"]
+    for label, entry in entries.items():
+        assert entry["agrees_with_native"] and len(entry["samples"]) == 3, label
+        assert entry["executor"] == (label[label.index("[") + 1:-1] if "[" in label else None)
+    assert entries["direct+coloring[dag]"]["algorithm"] == "direct"
+    assert entries["direct+coloring[dag]"]["options"] == {"coloring": True}
+    assert entries["direct+coloring[steps]"]["plan"]["rank0_info"]["colors"] >= 1
+    assert entries["cartesian[dag]"]["plan"] == entries["cartesian[steps]"]["plan"]
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [(row["algorithm"], row["executor"]) for row in rows] == [
+        (label, entry["executor"] or "") for label, entry in entries.items()]
+    for label in entries:
+        assert label in run.stdout
+
+
+def test_bad_algorithm_options_and_executors_stop_before_launching():
+    for bad, word in ((["--algorithms", "direct+colour"], "colour"), (["--executors", "steps,eager"], "executor")):
+        run = subprocess.run([sys.executable, "-m", "sparsecoll", "bench", "--np", "2", *bad], capture_output=True,
+                             text=True, timeout=60, cwd=ROOT)
+        assert run.returncode != 0 and "launching" not in run.stdout
+        assert run.stderr.strip().splitlines()[-1].startswith("bench: ") and word in run.stderr
 
 
 def _check_modes_and_phases(results, console):

@@ -40,7 +40,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--collective", action="append", default=None,
                         choices=["allgather", "allgatherv", "alltoall", "alltoallv"], help="repeatable")
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes per block (per unit for v variants)")
-    parser.add_argument("--algorithms", default=None, help="comma list (default: all that support the topology)")
+    parser.add_argument("--algorithms", default=None,
+                        help="comma list (default: all that support the topology), each NAME[+OPTION[=VALUE]]... "
+                             "(e.g. direct+coloring: its own column)")
+    parser.add_argument("--executors", default="steps",
+                        help="comma list of executors (steps, dag): every algorithm that builds a pattern is "
+                             "measured once per executor in the same repetitions (columns name[executor] when "
+                             "not steps alone); native and auto once")
     parser.add_argument("--mode", default=["persistent"], type=parse_modes, metavar="MODE[,MODE...]",
                         help="persistent (*_init once; default) | nonpersistent (blocking calls that bind the "
                              "schedule on every call, wrap(rebind=True)) | blocking (schedule cached per "
@@ -59,7 +65,8 @@ def _forwarded(args) -> list:
         argv += ["--topology", spec]
     for collective in args.collective or []:
         argv += ["--collective", collective]
-    argv += ["--sizes", args.sizes, "--mode", ",".join(args.mode), "--reps", str(args.reps),
+    argv += ["--sizes", args.sizes, "--mode", ",".join(args.mode), "--executors", args.executors,
+             "--reps", str(args.reps),
              "--warmup", str(args.warmup), "--phase-reps", str(args.phase_reps), "--out", str(Path(args.out).resolve())]
     if args.algorithms:
         argv += ["--algorithms", args.algorithms]
@@ -82,9 +89,31 @@ def run(args) -> int:
                                  ("--phase-reps", args.phase_reps, 1)):
         if value < least:
             raise ValueError(f"{option}: expected at least {least}, got {value}")
+    _check_algorithms(args)
     if not inside_mpi_launch():
         return relaunch(args.np or DEFAULT_RANKS, ["bench", *_forwarded(args)])
     return _measure(args)
+
+
+def _executors(args) -> list:
+    return [e.strip() for e in args.executors.split(",") if e.strip()]
+
+
+def _check_algorithms(args) -> None:
+    """Reject a bad ``--algorithms`` or ``--executors`` entry before anything is launched."""
+    from sparsecoll import execute
+    from sparsecoll.algorithms import check_options, parse_variant
+    try:
+        executors = _executors(args)
+        if not executors:
+            raise ValueError(f"--executors: expected a comma list of {', '.join(execute.EXECUTORS)}")
+        for executor in executors:
+            execute.get(executor)
+        for text in (args.algorithms or "").split(","):
+            if text.strip():
+                check_options(*parse_variant(text), args.np or DEFAULT_RANKS)
+    except (ValueError, TypeError) as exc:
+        raise SystemExit(f"bench: {exc}") from None
 
 
 def _specs(args) -> list:
@@ -132,14 +161,16 @@ class _Progress:
 def _measure(args) -> int:
     from mpi4py import MPI
 
+    from sparsecoll.algorithms import parse_variant
+
     from .report import auto_summary, environment, print_phase_table, print_table, summarize, write_figures, write_files
-    from .runner import measure, supported
+    from .runner import measure, supported, variants
     from .workloads import build
     world = MPI.COMM_WORLD
     root = world.Get_rank() == 0
     sizes = [int(s) for s in args.sizes.split(",") if s]
     collectives = args.collective or DEFAULT_COLLECTIVES
-    wanted = args.algorithms.split(",") if args.algorithms else None
+    wanted = [a.strip() for a in args.algorithms.split(",") if a.strip()] if args.algorithms else None
     started = time.time()
     workloads = [build(spec, world) for spec in _specs(args)]
     plan = []
@@ -147,13 +178,15 @@ def _measure(args) -> int:
         for collective in collectives:
             family = "allgather" if collective.startswith("allgather") else "alltoall"
             names = supported(workload, family)
-            if wanted is not None:
-                missing = [n for n in wanted if n not in names]
+            if wanted is not None:  # in the order of supported (native first), options kept
+                base = {text: parse_variant(text)[0] for text in wanted}
+                missing = [text for text in wanted if base[text] not in names]
                 if missing and root:
                     print(f"note: {workload.name}: {missing} do not support {family}; skipped", flush=True)
-                names = [n for n in names if n in wanted]
+                names = [text for name in names for text in wanted if base[text] == name]
+            columns = variants(names, _executors(args))
             for size in sizes:
-                plan.append((workload, collective, size, names))
+                plan.append((workload, collective, size, columns))
     progress = _Progress(len(args.mode) * sum(len(names) for *_, names in plan), started) if root else None
     results = []
     phase1_cache = {}
@@ -172,7 +205,8 @@ def _measure(args) -> int:
         return 0
     progress.stop()
     out = Path(args.out)
-    env = environment(world, {"mode": ",".join(args.mode), "reps": args.reps, "warmup": args.warmup,
+    env = environment(world, {"mode": ",".join(args.mode), "executors": ",".join(_executors(args)),
+                              "reps": args.reps, "warmup": args.warmup,
                               "phase_reps": args.phase_reps,
                               "command": " ".join(sys.argv), "seconds": round(time.time() - started, 1)})
     files = write_files(out, results, env)

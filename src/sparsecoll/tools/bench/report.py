@@ -48,10 +48,11 @@ def environment(world, settings: dict) -> dict:
 
 
 def write_files(out: Path, results: list, env: dict) -> list:
-    """results.json (every sample), results.csv (one row per algorithm and case)."""
+    """results.json (every sample), results.csv (one row per algorithm column and case; ``executor``:
+    the executor of a sparsecoll column, empty for ``native`` and ``auto``)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"environment": env, "results": results}, indent=1))
-    fields = ["topology", "collective", "size", "mode", "algorithm", "median_s", "q1_s", "q3_s",
+    fields = ["topology", "collective", "size", "mode", "algorithm", "executor", "median_s", "q1_s", "q3_s",
               "ratio_to_native_median", "ratio_q1", "ratio_q3", "speedup_median", "build_s", "first_call_s",
               "phase1_s", "phase1_cpu_s", "phase2_s", "phase2_cpu_s", "phase2_bind_s", "binds_per_call", "steps_max",
               "messages_max", "messages_mean", "items_max", "bytes_max", "bytes_mean", "agrees_with_native",
@@ -62,7 +63,8 @@ def write_files(out: Path, results: list, env: dict) -> list:
         for r in results:
             for name, e in r["algorithms"].items():
                 p = e["plan"]
-                writer.writerow([r["topology"], r["collective"], r["size"], r["mode"], name, e["median"], e["q1"],
+                writer.writerow([r["topology"], r["collective"], r["size"], r["mode"], name, e.get("executor") or "",
+                                 e["median"], e["q1"],
                                  e["q3"], e.get("ratio_median"), e.get("ratio_q1"), e.get("ratio_q3"),
                                  e.get("speedup_median"), e["build_seconds"], e["first_call_seconds"],
                                  e["phase1_seconds"], e["phase1_cpu_seconds"], e["phase2_seconds"],
@@ -135,6 +137,7 @@ def _bytes(count: float) -> str:
 def print_table(results: list, console=None) -> None:
     """One row per topology x collective x size x mode; per algorithm median latency, speedup, counts."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     console = console or Console(width=400)  # under mpiexec stdout is no terminal: do not wrap at 80
     names = list(dict.fromkeys(n for r in results for n in r["algorithms"]))
@@ -142,8 +145,8 @@ def print_table(results: list, console=None) -> None:
                         "pairs); * best; messages[steps] and bytes sent, max per rank", show_lines=False)
     for header in ("topology", "collective", "bytes", "mode"):
         table.add_column(header, no_wrap=True)
-    for name in names:
-        table.add_column(name, justify="right", no_wrap=True)
+    for name in names:  # labels such as direct[dag] are text, not markup
+        table.add_column(escape(name), justify="right", no_wrap=True)
     for r in results:
         entries = r["algorithms"]
         best = min(entries, key=lambda n: entries[n]["median"])
@@ -211,6 +214,7 @@ def _wall_cpu(pair) -> str:
 def print_phase_table(results: list, console=None) -> None:
     """The HiPC 2017 paper's Tables I and II for this run: Phase 1 and Phase 2 times."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     rows = phase_rows(results)
     if not rows:
@@ -227,5 +231,5 @@ def print_phase_table(results: list, console=None) -> None:
         table.add_column(f"Phase 2, {size} B", justify="right", no_wrap=True)
     for topology, collective, name, phase1, phase2 in rows:
         cells = [_wall_cpu(phase2[size]) if size in phase2 else "-" for size in sizes]
-        table.add_row(topology, collective, name, _wall_cpu(phase1), *cells)
+        table.add_row(topology, collective, escape(name), _wall_cpu(phase1), *cells)
     console.print(table)

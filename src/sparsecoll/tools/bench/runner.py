@@ -16,6 +16,11 @@ blocking and nonblocking calls):
 * ``blocking``: blocking calls; sparsecoll caches the bound schedule per arguments;
 * ``nonblocking``: ``Ineighbor_*`` + ``Wait`` (cached like blocking calls).
 
+Variants: an algorithm may carry options (``direct+coloring``,
+:func:`sparsecoll.algorithms.parse_variant`) and run on several executors (``steps``, ``dag``):
+each (algorithm, options, executor) is one :class:`Variant`, one column, measured in the same
+interleaved repetitions as the others (:func:`variants`).
+
 The paper's two phases (Tables I and II) are measured apart from the calls, for every
 sparsecoll algorithm: Phase 1 is ``Algorithm.build`` (pattern creation), Phase 2 is
 binding the pattern to one call's buffers (``bind``) plus creating the executor's
@@ -31,13 +36,15 @@ blocking native call made for the check gives the reference.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy
 from mpi4py import MPI
 
 from sparsecoll import wrap
-from sparsecoll.algorithms import AUTO, REGISTRY
+from sparsecoll.algorithms import AUTO, REGISTRY, parse_variant
+from sparsecoll.execute import DEFAULT_EXECUTOR
+from sparsecoll.execute import get as get_executor
 from sparsecoll.pattern import family_of
 
 from .workloads import Workload
@@ -56,6 +63,51 @@ class Buffers:
     recv: numpy.ndarray
     sendspec: object
     recvspec: object
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One measured column: a registered algorithm with its options, run on one executor."""
+
+    label: str
+    algorithm: str
+    options: dict = field(default_factory=dict, hash=False)
+    executor: str = DEFAULT_EXECUTOR
+
+    @classmethod
+    def parse(cls, text: str, executor: str = DEFAULT_EXECUTOR, label: str | None = None) -> Variant:
+        """The variant ``NAME[+OPTION[=VALUE]]...`` on ``executor`` (label: ``text`` unless given)."""
+        name, options = parse_variant(text)
+        get_executor(executor)
+        return cls(text if label is None else label, name, options, executor)
+
+    @property
+    def builds_pattern(self) -> bool:
+        """Whether sparsecoll's executor runs it (not ``native``, not ``auto``)."""
+        return self.algorithm != AUTO and not REGISTRY[self.algorithm].runs_library
+
+    def wrap(self, comm, **keywords):
+        """``comm`` wrapped with this variant's algorithm, options and executor."""
+        return wrap(comm, self.algorithm, executor=self.executor, **self.options, **keywords)
+
+
+def variants(texts, executors=(DEFAULT_EXECUTOR,)) -> list:
+    """One :class:`Variant` per algorithm text and executor: a pattern-building algorithm once per
+    executor (labelled ``name[executor]`` unless the default executor runs alone), ``native``
+    and ``auto`` once."""
+    executors = list(dict.fromkeys(executors))
+    if not executors:
+        raise ValueError("executors: expected at least one executor")
+    out = []
+    for text in texts:
+        plain = Variant.parse(text)
+        if not plain.builds_pattern:
+            out.append(plain)
+            continue
+        for executor in executors:
+            label = text if executors == [DEFAULT_EXECUTOR] else f"{text}[{executor}]"
+            out.append(Variant.parse(text, executor, label))
+    return out
 
 
 def supported(workload: Workload, family: str) -> list:
@@ -183,7 +235,7 @@ def phase2_seconds(world, comm, collective: str, buffers: Buffers, repetitions: 
 
     Parsing the call's buffer specs and binding the pattern to them (counts,
     displacements, datatypes, temporary space; the size pass where one is needed),
-    then creating the executor's persistent requests and derived datatypes: everything
+    then creating the persistent requests and derived datatypes of ``comm``'s executor: everything
     a non-persistent call does before it communicates. Returns ``phase2_seconds``
     (wall clock), ``phase2_cpu_seconds`` (this thread's CPU time) and
     ``phase2_bind_seconds`` (wall clock of parsing and binding alone), each the median
@@ -197,7 +249,7 @@ def phase2_seconds(world, comm, collective: str, buffers: Buffers, repetitions: 
         start, start_cpu = time.perf_counter(), time.thread_time()
         schedule = comm.runtime.bind_uncached(comm.plan, collective, buffers.sendspec, buffers.recvspec)
         bound = time.perf_counter()
-        executor = comm.runtime.requests_for(schedule)
+        executor = comm.runtime.requests_for(schedule, comm.plan.executor)
         wall[k], cpu[k] = time.perf_counter() - start, time.thread_time() - start_cpu
         bind_wall[k] = bound - start
         executor.free()
@@ -228,58 +280,67 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
             warmup: int, phase_reps: int = 5, phase1_cache: dict | None = None, on_progress=None) -> list:
     """Interleaved measurement of every (algorithm, mode) for one workload, collective and size.
 
-    Returns one result per mode (in ``modes`` order); each compares its algorithms
-    with ``native`` in the same mode, repetition by repetition. ``phase1_cache``
-    (a dict kept across calls) lets Phase 1 be measured once per workload, family and
-    algorithm, since it does not depend on the size or the mode.
+    ``algorithms``: names (``direct+coloring`` carries options) or :class:`Variant` objects; the
+    results are keyed by their labels. Returns one result per mode (in ``modes`` order);
+    each compares its algorithms with ``native`` in the same mode, repetition by
+    repetition. ``phase1_cache`` (a dict kept across calls) lets Phase 1 be measured once
+    per workload, family and algorithm, since it does not depend on the size or the mode.
     """
     modes = _checked_modes(modes)
     if reps < 1:
         raise ValueError(f"reps: expected at least 1, got {reps}")
     if not algorithms:  # nothing supports this case (the command has said so)
         return []
+    columns = [a if isinstance(a, Variant) else Variant.parse(a) for a in algorithms]
+    labels = [v.label for v in columns]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"algorithms: each column once, got {labels}")
     phase1_cache = {} if phase1_cache is None else phase1_cache
-    setup = {name: _set_up(world, workload, collective, size, name, phase_reps, phase1_cache)
-             for name in algorithms if name != AUTO}
+    setup = {v.label: _set_up(world, workload, collective, size, v, phase_reps, phase1_cache)
+             for v in columns if v.algorithm != AUTO}
     calls = {}
     for mode in modes:
-        for name in algorithms:
-            comm = wrap(workload.comm, name, rebind=(mode == "nonpersistent" and name != "native"))
+        for v in columns:
+            comm = v.wrap(workload.comm, rebind=(mode == "nonpersistent" and v.algorithm != "native"))
             world.Barrier()
-            calls[(name, mode)] = Call(comm, collective, make_buffers(workload, collective, size), mode)
+            calls[(v.label, mode)] = Call(comm, collective, make_buffers(workload, collective, size), mode)
     first = {variant: _max_over_ranks(world, call.first_seconds) for variant, call in calls.items()}
     for _ in range(warmup):
         for call in calls.values():
             call()
     samples, binds = _interleaved(world, workload.comm, calls, reps)
     chosen, predicted = {}, {}
-    if AUTO in algorithms:  # what auto ran at the end (its first call decided), and that algorithm's numbers
+    autos = [v for v in columns if v.algorithm == AUTO]
+    if autos:  # what auto ran at the end (its first call decided), and that algorithm's numbers
         for mode in modes:
-            stats = calls[(AUTO, mode)].comm.plan_stats(collective, block_bytes=size, form=FORM_OF_MODE[mode])
+            stats = calls[(autos[0].label, mode)].comm.plan_stats(collective, block_bytes=size,
+                                                                  form=FORM_OF_MODE[mode])
             chosen[mode] = stats["algorithm"]
             predicted[mode] = stats["auto"]["predicted_seconds"]
         for name in set(chosen.values()) - set(setup):
-            setup[name] = _set_up(world, workload, collective, size, name, phase_reps, phase1_cache)
-    reference = None if "native" in algorithms else native_reference(workload, collective, size)
+            setup[name] = _set_up(world, workload, collective, size, Variant(name, name), phase_reps, phase1_cache)
+    native = next((v.label for v in columns if v.algorithm == "native" and not v.options), None)
+    reference = None if native is not None else native_reference(workload, collective, size)
     results = []
     for mode in modes:
         result = {"workload": workload.spec, "topology": workload.name, "collective": collective,
                   "family": family_of(collective), "size": size, "mode": mode, "reps": reps, "algorithms": {}}
-        expected = calls[("native", mode)].buffers.recv if reference is None else reference
-        for name in algorithms:
-            variant = (name, mode)
+        expected = calls[(native, mode)].buffers.recv if reference is None else reference
+        for v in columns:
+            variant = (v.label, mode)
             worst = numpy.empty(reps)
             world.Allreduce(samples[variant], worst, op=MPI.MAX)
             agree = world.allreduce(bool(numpy.array_equal(calls[variant].buffers.recv, expected)), op=MPI.LAND)
-            if name == AUTO:
+            if v.algorithm == AUTO:
                 ran = {**setup[chosen[mode]], "chosen": chosen[mode], "predicted_seconds": predicted[mode]}
                 ran.update({field: None for field in PHASE_FIELDS if field in ran})
             else:
-                ran = setup[name]
-            result["algorithms"][name] = {"samples": worst.tolist(), "first_call_seconds": first[variant],
-                                          "agrees_with_native": agree,
-                                          "binds_per_call": _max_over_ranks(world, binds[variant]) / reps,
-                                          **ran}
+                ran = setup[v.label]
+            result["algorithms"][v.label] = {"samples": worst.tolist(), "first_call_seconds": first[variant],
+                                             "agrees_with_native": agree,
+                                             "binds_per_call": _max_over_ranks(world, binds[variant]) / reps,
+                                             **ran, "algorithm": v.algorithm, "options": dict(v.options),
+                                             "executor": v.executor if v.builds_pattern else None}
             if on_progress is not None:
                 on_progress()
         results.append(result)
@@ -297,20 +358,20 @@ def _checked_modes(modes) -> list:
     return modes
 
 
-def _set_up(world, workload: Workload, collective: str, size: int, name: str, phase_reps: int,
+def _set_up(world, workload: Workload, collective: str, size: int, variant: Variant, phase_reps: int,
             phase1_cache: dict) -> dict:
-    """What one algorithm costs before its calls: build time, the plan's numbers, Phases 1 and 2."""
+    """What one variant costs before its calls: build time, the plan's numbers, Phases 1 and 2."""
     world.Barrier()
     start = time.perf_counter()
-    comm = wrap(workload.comm, name)
-    if name != "native":
+    comm = variant.wrap(workload.comm)
+    if variant.algorithm != "native":
         comm.pattern(collective)
     build_seconds = _max_over_ranks(world, time.perf_counter() - start)
     plan = plan_numbers(world, workload, comm, collective, size)
-    if name == "native":  # the MPI library's own setup is not visible
+    if variant.algorithm == "native":  # the MPI library's own setup is not visible
         phases = {**dict.fromkeys(PHASE_FIELDS), "phase_reps": 0}
-    else:
-        key = (workload.spec, family_of(collective), name)
+    else:  # the pattern does not depend on the executor: Phase 1 once per algorithm and options
+        key = (workload.spec, family_of(collective), variant.algorithm, tuple(sorted(variant.options.items())))
         if key not in phase1_cache:
             phase1_cache[key] = phase1_seconds(world, comm, collective, phase_reps)
         phases = {**phase1_cache[key], **phase2_seconds(world, comm, collective,
