@@ -248,3 +248,17 @@ def test_matrix_partition_is_consistent():
         assert rank not in sources[rank]
         for s in sources[rank]:
             assert rank in destinations[s] and needed[(s, rank)] > 0
+
+
+def test_variants_label_one_column_per_executor_and_native_auto_once():
+    import sparsecoll
+    from sparsecoll.tools.bench.runner import DEFAULT_EXECUTOR, variants
+    assert DEFAULT_EXECUTOR == "steps" and set(sparsecoll.executors()) == {"steps", "dag"}
+    assert [v.label for v in variants(["native", "direct", "auto"])] == ["native", "direct", "auto"]
+    columns = variants(["native", "direct+coloring", "auto"], ["steps", "dag"])
+    assert [(v.label, v.algorithm, v.options, v.executor) for v in columns] == [
+        ("native", "native", {}, "steps"), ("direct+coloring[steps]", "direct", {"coloring": True}, "steps"),
+        ("direct+coloring[dag]", "direct", {"coloring": True}, "dag"), ("auto", "auto", {}, "steps")]
+    assert [v.label for v in variants(["direct"], ["dag"])] == ["direct[dag]"]
+    with pytest.raises(ValueError, match="executor"):
+        variants(["direct"], ["eager"])

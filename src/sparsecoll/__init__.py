@@ -14,9 +14,9 @@ try:
 except PackageNotFoundError:  # pragma: no cover - run from a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["wrap", "cart_neighborhood_create", "CartNeighborhoodComm", "algorithms", "is_wrapped", "verify",
-           "VerificationError", "Pattern", "ScheduleRequest", "waitall", "Cartcomm", "Graphcomm", "Distgraphcomm",
-           "__version__"]
+__all__ = ["wrap", "cart_neighborhood_create", "CartNeighborhoodComm", "algorithms", "executors", "is_wrapped",
+           "verify", "VerificationError", "Pattern", "ScheduleRequest", "waitall", "Cartcomm", "Graphcomm",
+           "Distgraphcomm", "__version__"]
 
 try:
     from mpi4py import MPI as _MPI  # noqa: F401  (mpi4py loads the MPI library here)
@@ -27,6 +27,7 @@ else:
 
 if _MPI_ERROR is None:
     from . import algorithms as _registry
+    from . import execute as _execute
     from .cartcomm import cart_neighborhood_create
     from .comm import Cartcomm, CartNeighborhoodComm, Distgraphcomm, Graphcomm, NeighborhoodMixin, wrap
     from .pattern import Pattern
@@ -39,6 +40,13 @@ if _MPI_ERROR is None:
         listing[_registry.AUTO] = ("chosen per collective, call form and block size by the calibrated cost model, "
                                    "the library's own call included")
         return listing
+
+    def executors() -> dict:
+        """The executors ``wrap(comm, algorithm, executor=name)`` takes: name -> one-line summary, the default first."""
+        import sys
+        names = [_execute.DEFAULT_EXECUTOR] + [n for n in _execute.EXECUTORS if n != _execute.DEFAULT_EXECUTOR]
+        return {name: sys.modules[_execute.EXECUTORS[name].__module__].__doc__.strip().splitlines()[0]
+                for name in names}
 
     def is_wrapped(comm) -> bool:
         """Whether ``comm`` is a sparsecoll-wrapped communicator."""

@@ -101,14 +101,13 @@ def _executors(args) -> list:
 
 def _check_algorithms(args) -> None:
     """Reject a bad ``--algorithms`` or ``--executors`` entry before anything is launched."""
-    from sparsecoll import execute
+    from sparsecoll import executors as executor_names
     from sparsecoll.algorithms import check_options, parse_variant
     try:
         executors = _executors(args)
-        if not executors:
-            raise ValueError(f"--executors: expected a comma list of {', '.join(execute.EXECUTORS)}")
-        for executor in executors:
-            execute.get(executor)
+        if not executors or any(e not in executor_names() for e in executors):
+            raise ValueError(f"--executors: expected a comma list of {', '.join(executor_names())}, "
+                             f"got {args.executors!r}")
         for text in (args.algorithms or "").split(","):
             if text.strip():
                 check_options(*parse_variant(text), args.np or DEFAULT_RANKS)

@@ -41,10 +41,9 @@ from dataclasses import dataclass, field
 import numpy
 from mpi4py import MPI
 
+from sparsecoll import executors as executor_names
 from sparsecoll import wrap
 from sparsecoll.algorithms import AUTO, REGISTRY, parse_variant
-from sparsecoll.execute import DEFAULT_EXECUTOR
-from sparsecoll.execute import get as get_executor
 from sparsecoll.pattern import family_of
 
 from .workloads import Workload
@@ -65,6 +64,17 @@ class Buffers:
     recvspec: object
 
 
+#: The executor of ``wrap`` without ``executor=`` (listed first by :func:`sparsecoll.executors`).
+DEFAULT_EXECUTOR = next(iter(executor_names()))
+
+
+def check_executor(name: str) -> str:
+    """``name`` if it is an executor of :func:`sparsecoll.executors` (ValueError naming ``executor`` otherwise)."""
+    if name not in executor_names():
+        raise ValueError(f"executor: expected one of {list(executor_names())}, got {name!r}")
+    return name
+
+
 @dataclass(frozen=True)
 class Variant:
     """One measured column: a registered algorithm with its options, run on one executor."""
@@ -78,7 +88,7 @@ class Variant:
     def parse(cls, text: str, executor: str = DEFAULT_EXECUTOR, label: str | None = None) -> Variant:
         """The variant ``NAME[+OPTION[=VALUE]]...`` on ``executor`` (label: ``text`` unless given)."""
         name, options = parse_variant(text)
-        get_executor(executor)
+        check_executor(executor)
         return cls(text if label is None else label, name, options, executor)
 
     @property
