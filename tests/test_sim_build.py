@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy
 import pytest
 from mpi4py import MPI
 
@@ -69,7 +70,7 @@ def test_spec_parser():
 
 
 BENCHMARK_SPECS = ["random:density=0.3,seed=1", "sparse-alltoall:p=0.2", "moore:D=2,R=1", "stencil:d=2,n=3,f=-1",
-                   "matrix:"]
+                   "matrix:", "cross:d=2"]
 
 
 @pytest.mark.parametrize("spec", BENCHMARK_SPECS)
@@ -110,6 +111,23 @@ def test_simulate_command_predicts_steps_and_dag_side_by_side_with_algorithm_opt
         with pytest.raises(SystemExit) as exit_info:
             main(["simulate", "--ranks", "16", "--topology", "moore:D=2,R=1", *bad])
         assert str(exit_info.value.code).startswith("simulate: ") and word in str(exit_info.value.code)
+
+
+def test_cross_is_the_periodic_cartesian_neighborhood():
+    adjacency = generate("cross:d=4", 512)  # SC12 Fig. 11: the 9-point stencil on 512 processes
+    dims = adjacency.dims
+    assert dims == compute_dims(512, 4) and min(dims) >= 3
+    coords = [tuple(int(x) for x in c) for c in numpy.array(numpy.unravel_index(numpy.arange(512), dims)).T]
+    for rank in (0, 77, 511):
+        expected = []
+        for axis in range(4):
+            for sign in (-1, 1):
+                moved = list(coords[rank])
+                moved[axis] = (moved[axis] + sign) % dims[axis]
+                expected.append(int(numpy.ravel_multi_index(moved, dims)))
+        assert list(adjacency.destinations[rank]) == expected
+    run = build_patterns(generate("cross:d=2", 64), "cartesian", "alltoall")
+    assert run.verified is not None and max(len(p.steps) for p in run.patterns) >= 2
 
 
 def test_parse_variant_reads_names_and_options():

@@ -155,11 +155,25 @@ def moore(size: int, D: int = 2, R: int = 1) -> Adjacency:
     return isomorphic(size, compute_dims(size, D), moore_offsets(D, R), name="moore", params={"D": D, "R": R})
 
 
+def cross_offsets(d: int) -> tuple:
+    """The ``2d`` offsets ``-e_0, +e_0, -e_1, +e_1, ...`` (MPI's Cartesian neighbor order)."""
+    return tuple(tuple(sign if axis == k else 0 for axis in range(d)) for k in range(d) for sign in (-1, 1))
+
+
+def cross(size: int, d: int = 2) -> Adjacency:
+    """The ``2d+1``-point stencil (one neighbor each way along every dimension, SC12 section IV-B2)
+    on a periodic ``Compute_dims`` grid: the process graph of a periodic MPI Cartesian
+    communicator wherever every dimension has at least 3 ranks."""
+    d = positive_integer(d, "d")
+    return isomorphic(size, compute_dims(size, d), cross_offsets(d), name="cross", params={"d": d})
+
+
 GENERATORS = {
     # name: (function, {parameter: type}); SPEC strings: .specs
     "random": (random_sparse, {"density": float, "seed": int}),
     "sparse-alltoall": (sparse_alltoall, {"p": float, "seed": int}),
     "moore": (moore, {"D": int, "R": int}),
+    "cross": (cross, {"d": int}),
 }
 
 

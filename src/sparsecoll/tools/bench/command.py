@@ -34,7 +34,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--np", type=int, default=None, help=f"ranks to launch (default {DEFAULT_RANKS}) "
                         "when not already under mpiexec")
     parser.add_argument("--topology", action="append", default=None, metavar="SPEC",
-                        help="random:density=D,seed=S | moore:D=d,R=r | stencil:d=D,n=N,f=F | cart:d=D | "
+                        help="random:density=D,seed=S | moore:D=d,R=r | cross:d=D | stencil:d=D,n=N,f=F | cart:d=D | "
                              "sparse-alltoall:p=P | matrix:PATH (empty PATH: a bundled SuiteSparse matrix); "
                              "repeatable")
     parser.add_argument("--collective", action="append", default=None,
