@@ -58,8 +58,8 @@ before a receive on the critical path, which the step barrier would have taken f
 list-scheduling anomaly; the tests build one). Without coloring, every registered
 algorithm's Patterns at 64 ranks are no slower as a DAG, placements included (tests);
 coloring's ordering dependencies make some multi-step ones slower: ``distance_halving``
-with ``coloring=True`` by up to 3.6% at 64 ranks (placements 4x2, 8x2) and 0.7% at 1024
-ranks (16x2, a sparse alltoall graph, 64 KiB blocks; benchmarks/sc12).
+with ``coloring=True`` by up to 3.6% at 64 ranks (placements 4x2, 8x2) and 0.7-1.3% at
+1024 ranks (16x2, a sparse alltoall graph, 64 KiB blocks; benchmarks/sc12).
 """
 
 from __future__ import annotations
