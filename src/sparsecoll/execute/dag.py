@@ -139,7 +139,9 @@ class DagRun:
 class Executor:
     """Persistent requests for every wire message of a Schedule, run as one :class:`DagRun`.
 
-    ``steps`` is ``[run]`` (no messages: ``[]``), the interface every executor offers.
+    ``steps`` is ``[run]`` (no messages: ``[]``; no dependencies at all, as in a one-step
+    schedule: ``[requests]``, receives first, a stage MPI progresses alone), the interface
+    every executor offers.
 
     Joined small messages (one wire message) wait for the union of their members'
     dependencies. Receives are always earlier than sends and data dependencies point at
@@ -204,12 +206,15 @@ class Executor:
                 successor[earlier] = k
                 waiting[k] += 1
             last_to_peer[peer] = k
-        self.steps = [DagRun(requests, nrecv, waiting, dependents, successor)]
+        if not any(dependents):  # no send waits for anything: the whole DAG is one stage MPI runs alone
+            self.steps = [requests]
+        else:
+            self.steps = [DagRun(requests, nrecv, waiting, dependents, successor)]
 
     def free(self) -> None:
         """Release requests and datatypes (no run may be in flight; idempotent)."""
-        for run in self.steps:
-            for request in run.requests:
+        for stage in self.steps:
+            for request in (stage if type(stage) is list else stage.requests):
                 request.Free()
         for datatype in self._datatypes:
             datatype.Free()
