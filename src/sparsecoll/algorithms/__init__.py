@@ -14,7 +14,7 @@ The table below is the only place an algorithm is listed; ``"auto"`` is resolved
 
 from __future__ import annotations
 
-from . import cartesian, common_neighbor, direct, distance_halving, native
+from . import cartesian, common_neighbor, direct, distance_halving, loggp_tree, native
 from .base import Algorithm
 
 #: Every algorithm, by name (the order of ``sparsecoll.algorithms()``).
@@ -25,6 +25,7 @@ REGISTRY: dict = {algorithm.name: algorithm for algorithm in (
     cartesian.COMBINING,
     common_neighbor.ALGORITHM,
     distance_halving.ALGORITHM,
+    loggp_tree.ALGORITHM,
 )}
 AUTO = "auto"  # the name that asks the cost model (not an entry)
 
