@@ -155,6 +155,8 @@ def _run(comm, case: Case, recv: cases.Layout, mode: str, salt: int, request_box
 VARIANTS = {
     # several halving steps on a small machine: one or two ranks per socket
     "distance_halving": ({"ranks_per_socket": 1}, {"ranks_per_socket": 2, "sockets_per_node": 2}),
+    # no latency and no tolerance: hands messages off wherever X >= 2 (uneven graphs from 5 ranks on)
+    "loggp_tree": ({"L": 0.0, "t": 0},),
 }
 
 

@@ -46,7 +46,7 @@ What this module builds, and where it reads the paper:
 
   A move strictly lowers both ends below ``m_h`` (``m_h - X + 1 < m_h`` and
   ``s_l + X < m_h``), so the sorted degree vector falls lexicographically and the loop
-  ends. Four collectives and at most four point-to-point messages per pair and
+  ends. Three collectives and at most four point-to-point messages per pair and
   iteration, each collective ``O(log P)``.
 * **Which messages move.** Never one to ``l`` itself, never a *pinned* one (one that
   carries items a proxy forwards: moving it would delay the forwarding), and never one
@@ -56,13 +56,16 @@ What this module builds, and where it reads the paper:
   levels); ``h`` sends ``l`` ONE hand-off message with all moved items in the step the
   latest of them is ready (``hs``), merged into ``h``'s own message to ``l`` of that step
   if there is one, and ``l`` sends each moved message one step after (``hs + 1``).
-  *Allgather*: a rank hands off only messages that carry nothing but its own block (so
-  every block travels a tree rooted at its origin and arrives once everywhere: a proxy
-  handing on another rank's block could deliver it a second time to a rank that already
-  receives it). The hand-off is ``h``'s block, once: if ``l`` already receives it (``h``
-  sends to ``l`` directly, or a proxy of ``h`` does), nothing is added and that message
-  is pinned (the paper: no extra volume when forwarding ranks are neighbors of the
-  source); ``l`` forwards one step after the block reaches it.
+  *Allgather*: ``l`` must obtain every block of a moved message exactly once (a second
+  copy is an error, and ``h`` cannot know what else ``l`` receives). So a message moves
+  only if each of its blocks is one that ``h`` already sends ``l`` itself (that message
+  is then pinned: the paper's "no extra volume if forwarding processes are neighbors of
+  the source"), or ``h``'s own block where ``l`` gets it from nobody yet (``h`` knows
+  which ranks its block reaches: its destinations and its earlier such hand-offs; the
+  block is added to ``h``'s message to ``l`` in step 0). ``l`` forwards one step after
+  the latest of those messages. A proxy thus hands a block further only to a rank it
+  already serves (a deeper tree where the pairing allows it; on the hot spot the root's
+  first proxies keep what they got, the allgather trees have two levels).
 * **Assembling the Pattern.** Each rank's final messages are its sends. One notification
   exchange tells each destination which ``(step, items)`` it gets: every rank sends one
   notice per destination, and receives notices with ``ANY_SOURCE`` until every item it
@@ -172,8 +175,8 @@ class _Outgoing:
                 continue
             if item not in self.messages[(dest, 0)]:
                 self.messages[(dest, 0)].append(item)
-        # allgather: the step in which each rank that gets my block receives it
-        self.own_arrival = {dest: 0 for dest, _ in self.messages}
+        # allgather: the ranks my block reaches (my destinations and the lights I handed it to)
+        self.reached = {dest for dest, _ in self.messages}
         self.moved = 0
         self.forwarded = 0
         self.transit: set = set()
@@ -223,7 +226,7 @@ class _Outgoing:
             ready, relies = 0, set()
             for item in self.messages[key]:
                 step = self._delivered(light, item)
-                if step is None and item == own and light not in self.own_arrival:
+                if step is None and item == own and light not in self.reached:
                     step = 0  # my own block, handed over in step 0 (added below)
                     adds_own = True
                 if step is None:
@@ -236,7 +239,7 @@ class _Outgoing:
         transit = ()
         if adds_own:
             self.messages[(light, 0)].append(own)
-            self.own_arrival[light] = 0
+            self.reached.add(light)
             transit = (own,)
         units = []
         for key, ready, relies in chosen:
