@@ -247,3 +247,11 @@ def test_registered_as_a_protocol_for_both_families():
     algorithm = get("loggp_tree")
     assert algorithm.families == FAMILIES and not algorithm.builds_locally
     assert "small" in algorithm.summary
+
+
+def test_auto_leaves_it_out_for_want_of_a_local_estimate():
+    from sparsecoll.model import choice
+    topology = hotspot(8).topology(0)
+    for family in FAMILIES:
+        names = choice.candidates(topology, family)
+        assert "direct" in names and "loggp_tree" not in names
