@@ -255,3 +255,41 @@ def test_auto_leaves_it_out_for_want_of_a_local_estimate():
     for family in FAMILIES:
         names = choice.candidates(topology, family)
         assert "direct" in names and "loggp_tree" not in names
+
+
+def test_loggp_parameter_file(tmp_path):
+    """``loggp=PATH``: a burst fit (o = 0) gives o = g/2 and L - 2o; a file with o > 0 is taken as it is."""
+    from sparsecoll.model.params import loggp, tree_rule_loggp, with_loggp_file
+    burst = tmp_path / "burst.json"
+    loggp(4e-6, 0.0, 2e-6, 0.1e-9, "a burst fit", "socket").save(burst)
+    assert tree_rule_loggp(loggp(4e-6, 0.0, 2e-6, 0.1e-9)) == pytest.approx({"L": 2e-6, "o": 1e-6, "G": 0.1e-9})
+    assert tree_rule_loggp(loggp(4e-6, 3e-6, 0.0, 0.0)) == {"L": 4e-6, "o": 3e-6, "G": 0.0}
+    run = build_patterns(hotspot(16), "loggp_tree", ALLTOALL, {"loggp": str(burst)})
+    info = run.patterns[0].info
+    assert info["L"] == pytest.approx(2e-6) and info["o"] == pytest.approx(1e-6) and info["lag"] == 2
+    with pytest.raises(ValueError, match="^loggp:.*not both"):
+        with_loggp_file({"loggp": str(burst), "o": 1e-6})
+    with pytest.raises(ValueError, match="^loggp:"):
+        with_loggp_file({"loggp": str(tmp_path / "missing.json")})
+    with pytest.raises(ValueError, match="^loggp:"):
+        tree_rule_loggp(loggp(4e-6, 0.0, 0.0, 0.0))
+    with pytest.raises(ValueError, match="^loggp:"):
+        check_options("loggp_tree", {"loggp": 3}, 4)
+
+
+def test_ranks_with_different_options_all_raise():
+    """The options shape the messages: ranks that disagree fail together instead of hanging."""
+    from sparsecoll.algorithms.loggp_tree import build
+    from sparsecoll.sim.world import World
+    topologies = hotspot(4).topologies()
+
+    def body(comm):
+        options = check_options("loggp_tree", {"t": 1 if comm.Get_rank() == 2 else 2}, 4)
+        try:
+            build(comm.topology, comm, options, ALLTOALL)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    results = World(4, topologies).run(body)
+    assert all(result is not None and result.startswith("options:") for result in results)

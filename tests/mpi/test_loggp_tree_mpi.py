@@ -94,3 +94,16 @@ def test_alltoallv_with_transit_blocks_of_different_sizes(graph):
 def test_bad_option_raises_before_any_message(graph):
     with pytest.raises(ValueError, match="^o:"):
         sparsecoll.wrap(graph, "loggp_tree", o=0)
+
+
+def test_loggp_parameter_file(graph, tmp_path):
+    """``wrap(..., loggp=PATH)`` reads L, o, G from the file (each rank its own copy here)."""
+    from sparsecoll.model.params import loggp
+    path = tmp_path / "loggp.json"
+    loggp(3e-6, 1e-6, 0.0, 0.1e-9, "test file").save(path)
+    comm = sparsecoll.wrap(graph, "loggp_tree", loggp=str(path))
+    comm.pattern("alltoall")
+    stats = comm.plan_stats("alltoall")
+    assert (stats["L"], stats["o"], stats["lag"]) == (3e-6, 1e-6, 3)
+    with pytest.raises(ValueError, match="^loggp:"):
+        sparsecoll.wrap(graph, "loggp_tree", loggp=str(tmp_path / "missing.json"))

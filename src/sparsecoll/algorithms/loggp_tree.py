@@ -78,7 +78,11 @@ What this module builds, and where it reads the paper:
 Options: ``t`` (default 2, the paper's), the LogGP latency ``L`` (s), overhead ``o`` (s,
 > 0) and gap per byte ``G`` (s/byte), and ``block_bytes`` (the allgather formula's ``k``,
 default 16, the paper's Fig. 9 size). The defaults of ``L``, ``o``, ``G`` are this
-machine's (:data:`DEFAULT_L` and below say how they were measured).
+machine's (:data:`DEFAULT_L` and below say how they were measured); ``loggp=PATH`` takes
+them from a file of ``sparsecoll calibrate --model loggp`` instead
+(:func:`sparsecoll.model.params.tree_rule_loggp` says how). The options shape the
+messages, so the build first checks with one allreduce that every rank passed the same
+(all ranks raise ``ValueError`` otherwise).
 
 ``Pattern.info``: ``balancing_iterations`` (pairing rounds; the same on every rank),
 ``moved`` (messages this rank handed off), ``forwarded`` (messages handed to it, which it
@@ -89,6 +93,7 @@ sends on), ``lag`` (the ``ceil`` term of ``X``), ``t``, ``L``, ``o``, ``G``,
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 
 from mpi4py import MPI
@@ -111,7 +116,11 @@ DEFAULT_G = 0.074e-9
 #: The allgather formula's block size ``k`` (bytes): the paper's Fig. 9 size.
 DEFAULT_BLOCK_BYTES = 16
 
-OPTIONS = {"t": DEFAULT_T, "L": DEFAULT_L, "o": DEFAULT_O, "G": DEFAULT_G, "block_bytes": DEFAULT_BLOCK_BYTES}
+#: The numbers the balancing rule reads (``Pattern.info`` reports them).
+PARAMETERS = {"t": DEFAULT_T, "L": DEFAULT_L, "o": DEFAULT_O, "G": DEFAULT_G, "block_bytes": DEFAULT_BLOCK_BYTES}
+#: ``loggp``: a LogGP parameter file whose ``L``, ``o``, ``G`` replace the defaults (read by ``wrap``
+#: and the simulator: :func:`sparsecoll.model.params.with_loggp_file`).
+OPTIONS = {**PARAMETERS, "loggp": None}
 
 # One tag per message kind of the protocol (on its own duplicate communicator).
 TAG_HEAVY, TAG_LIGHT, TAG_PARTNER, TAG_TRANSFER, TAG_NOTICE = 1, 2, 3, 4, 5
@@ -125,7 +134,7 @@ def check_options(options: dict, size: int) -> dict:
     checked = {"t": int(t)}
     for name in ("L", "o", "G"):
         try:
-            checked[name] = nonnegative_number(options.get(name, OPTIONS[name]), name)
+            checked[name] = nonnegative_number(options.get(name, PARAMETERS[name]), name)
         except TypeError as error:
             raise ValueError(str(error)) from None
     if checked["o"] <= 0:
@@ -134,6 +143,9 @@ def check_options(options: dict, size: int) -> dict:
         checked["block_bytes"] = positive_integer(options.get("block_bytes", DEFAULT_BLOCK_BYTES), "block_bytes")
     except TypeError as error:
         raise ValueError(str(error)) from None
+    path = options.get("loggp")
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"loggp: expected the path of a LogGP parameter file, got {type(path).__name__}")
     return {**options, **checked}
 
 
@@ -155,6 +167,11 @@ def moved_count(heavy_degree: int, light_degree: int, lag_messages: int) -> int:
 def _extremes(a: tuple, b: tuple) -> tuple:
     """Reduction of ``(max degree, min degree, moved)`` triples."""
     return max(a[0], b[0]), min(a[1], b[1]), a[2] or b[2]
+
+
+def _same(a, b):
+    """Reduction that keeps a value all ranks share (None once two differ)."""
+    return a if a == b else None
 
 
 def _add(a: tuple, b: tuple) -> tuple:
@@ -334,6 +351,10 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     """Registry entry point: balance the out-degrees, then assemble the Pattern; collective over ``comm``."""
     options = check_options(options, topology.size)
     with protocol_communicator(comm) as private:
+        parameters = tuple(options[name] for name in PARAMETERS)
+        if private.allreduce(parameters, op=_same) is None:  # every rank raises alike, before the protocol
+            raise ValueError(f"options: ranks passed different values of {', '.join(PARAMETERS)} "
+                             "(or LogGP files that differ); every rank must pass the same")
         channel = ProtocolChannel(private)
         outgoing = _Outgoing(topology, family)
         iterations = _balance(outgoing, channel, family, options)
@@ -343,7 +364,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
         "moved": outgoing.moved,
         "forwarded": outgoing.forwarded,
         "lag": lag(family, options),
-        **{name: options[name] for name in OPTIONS},
+        **{name: options[name] for name in PARAMETERS},
         "protocol_messages": channel.sent,
     })
 
