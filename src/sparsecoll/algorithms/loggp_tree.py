@@ -240,17 +240,17 @@ class _Outgoing:
         for key in self.movable(light):
             if len(chosen) == count:
                 break
-            ready, relies = 0, set()
+            ready, relies, needs_own = 0, set(), False
             for item in self.messages[key]:
                 step = self._delivered(light, item)
                 if step is None and item == own and light not in self.reached:
-                    step = 0  # my own block, handed over in step 0 (added below)
-                    adds_own = True
+                    step, needs_own = 0, True  # my own block, handed over in step 0 (added below)
                 if step is None:
                     break
                 ready, relies = max(ready, step + 1), relies | {step}
             else:
                 chosen.append((key, ready, relies))
+                adds_own = adds_own or needs_own
         if len(chosen) < 2:
             return {"units": (), "transit": ()}
         transit = ()
