@@ -106,13 +106,15 @@ from .protocol import ProtocolChannel, protocol_communicator
 
 DEFAULT_T = 2
 #: LogGP defaults, from ``sparsecoll calibrate --model loggp --np 2`` on the project's 2-core
-#: machine (MPICH 5.0.2): a step of one 0-byte message each way took 4.06 us, each further
-#: message 1.61 us, each byte 0.074 ns. In that burst every rank sends and receives each
-#: message, so the per-message slope is two overheads (``o = 1.61 / 2 = 0.8 us``) and one
-#: message costs ``o + L + o`` (``L = 4.06 - 1.61 = 2.45 us``, rounded to 2.5).
-DEFAULT_L = 2.5e-6
-DEFAULT_O = 0.8e-6
-DEFAULT_G = 0.074e-9
+#: machine with nothing else running (MPICH 5.0.2, three runs): a step of one 0-byte message each
+#: way took 2.97-3.19 us, each further message 1.36-1.38 us, each byte 0.060 ns. In that burst
+#: every rank sends and receives each message, so the per-message slope is two overheads
+#: (``o = 1.37 / 2 = 0.69 us``) and one message costs ``o + L + o`` (``L = 3.1 - 1.37 = 1.7 us``);
+#: :func:`sparsecoll.model.params.tree_rule_loggp` is the same conversion for a file. (Open MPI
+#: 5.0.11 on the same machine: ``L = 1.2 us``, ``o = 0.45 us``: the same ``ceil(L/o) = 3``.)
+DEFAULT_L = 1.7e-6
+DEFAULT_O = 0.69e-6
+DEFAULT_G = 0.060e-9
 #: The allgather formula's block size ``k`` (bytes): the paper's Fig. 9 size.
 DEFAULT_BLOCK_BYTES = 16
 
