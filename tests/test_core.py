@@ -6,6 +6,8 @@ payload layouts.
 
 from __future__ import annotations
 
+import importlib
+
 import numpy
 import pytest
 from hypothesis import given, settings
@@ -15,7 +17,7 @@ from mpi4py import MPI
 from sparsecoll.algorithms.direct import direct_pattern
 from sparsecoll.bind import bind, has_transit
 from sparsecoll.buffers import Blocks, parse_simple, parse_vector, parse_w
-from sparsecoll.pattern import Message, Pattern, Step, stats
+from sparsecoll.pattern import RECV, SEND, Message, Pattern, Step, dependencies, stats
 from sparsecoll.topology import PROC_NULL, cart_topology, graph_topology
 from sparsecoll.verify import VerificationError, verify
 
@@ -109,6 +111,56 @@ def test_verify_rejects_forwarding_before_holding_and_extra_arrivals():
              1: Pattern("allgather", 1, (Step((), (Message(0, ((0,),)), Message(0, ((0,),)))),))}
     with pytest.raises(VerificationError, match="2 times"):
         verify(twice, topologies)
+
+
+def _relay_patterns(after=None):
+    """Rank 1 relays rank 0's block to rank 2 (and keeps it); ``after``: rank 1's ordering dependencies."""
+    t = {0: graph_topology(0, 3, [], [1, 2]), 1: graph_topology(1, 3, [0], [2]), 2: graph_topology(2, 3, [0, 1], [])}
+    patterns = {0: Pattern("allgather", 0, (Step((Message(1, ((0,),)),), ()),)),
+                1: Pattern("allgather", 1, (Step((Message(2, ((1,),)),), (Message(0, ((0,),)),)),
+                                            Step((Message(2, ((0,),)),), ())), after=after or {}),
+                2: Pattern("allgather", 2, (Step((), (Message(1, ((1,),)),)), Step((), (Message(1, ((0,),)),))))}
+    return patterns, t
+
+
+def test_dependencies_are_derived_from_the_items_and_merged_with_ordering_ones():
+    patterns, t = _relay_patterns(after={(1, 0): ((SEND, 0, 0),)})
+    deps = dependencies(patterns[1])
+    assert deps.sends == {(0, 0): (), (1, 0): ((RECV, 0, 0), (SEND, 0, 0))}
+    assert deps.final == {(0,): (RECV, 0, 0)}
+    verify(patterns, t)
+    schedule = bind(patterns[1], t[1], _blocks(100, [3]), _blocks(7000, [3]))
+    assert schedule.after == deps.sends and schedule.copy_after == []
+
+
+@pytest.mark.parametrize("after, message", [
+    ({(1, 0): ((SEND, 1, 0),)}, "not an earlier send"),    # waits for itself
+    ({(0, 0): ((SEND, 1, 0),)}, "not an earlier send"),    # waits for a later step
+    ({(1, 0): ((RECV, 1, 0),)}, "not an earlier receive"),  # a receive that does not exist
+    ({(0, 0): ((RECV, 0, 0),)}, "not an earlier receive"),  # a receive of its own step
+    ({(1, 0): (("copy", 0, 0),)}, "malformed"),
+    ({(5, 0): ()}, "does not exist"),
+])
+def test_verify_rejects_dependencies_that_do_not_point_backwards(after, message):
+    patterns, t = _relay_patterns(after=after)
+    with pytest.raises(VerificationError, match=message):
+        verify(patterns, t)
+
+
+def test_verify_rejects_a_forward_that_does_not_depend_on_its_arrival(monkeypatch):
+    """The closure check itself: with the derived data dependencies taken away, the relay's
+    forward of rank 0's block no longer waits for its arrival."""
+    verify_module = importlib.import_module("sparsecoll.verify")
+    patterns, t = _relay_patterns()
+    real = verify_module.dependencies
+
+    def without_data(pattern):
+        deps = real(pattern)
+        return type(deps)({key: tuple(r for r in refs if r[0] != RECV) for key, refs in deps.sends.items()},
+                          deps.final)
+    monkeypatch.setattr(verify_module, "dependencies", without_data)
+    with pytest.raises(VerificationError, match="without depending on its arrival"):
+        verify(patterns, t)
 
 
 def _blocks(base: int, counts, extent: int = 4, datatype=MPI.INT32_T) -> Blocks:

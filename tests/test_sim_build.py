@@ -61,16 +61,17 @@ def test_spec_parser():
     assert parsed("sparse-alltoall:p=0.3") == ("sparse-alltoall", {"p": 0.3, "seed": 0})
     assert parsed("stencil:n=4") == ("stencil", {"d": 2, "n": 4, "f": -1})
     assert parsed("cart:") == ("cart", {"d": 2})
+    assert parsed("hotspot") == ("hotspot", {"root": 0})
     assert parsed("matrix:")[1]["path"].endswith("dwt_193.mtx")
     assert generate("sparse-alltoall:p=0.3,seed=2", 30).destinations == random_sparse(30, 0.3, 2).destinations
     for bad in ("torus:D=2", "random:dens=0.2", "moore:D=two", "random:density=1.5", "random", "stencil:d=x",
-                "cart:d=2", "matrix:/no/such.mtx"):
+                "cart:d=2", "matrix:/no/such.mtx", "hotspot:root=8", "hotspot:root=x"):
         with pytest.raises((ValueError, FileNotFoundError)):
             generate(bad, 8)
 
 
 BENCHMARK_SPECS = ["random:density=0.3,seed=1", "sparse-alltoall:p=0.2", "moore:D=2,R=1", "stencil:d=2,n=3,f=-1",
-                   "matrix:", "cross:d=2"]
+                   "matrix:", "cross:d=2", "hotspot:root=3"]
 
 
 @pytest.mark.parametrize("spec", BENCHMARK_SPECS)

@@ -973,7 +973,7 @@ if os.environ.get("SPARSECOLL_ADVERSARIAL_ALGORITHMS"):  # narrow the programs (
     ALGORITHMS = sorted(set(ALGORITHMS) & set(os.environ["SPARSECOLL_ADVERSARIAL_ALGORITHMS"].split(",")))
 CARTESIAN_ONLY = {"cartesian", "cartesian_trivial"}
 ALLGATHER_ONLY = {"distance_halving"}
-MULTI_STEP_NAMES = {"cartesian", "common_neighbor", "distance_halving"}
+MULTI_STEP_NAMES = {"cartesian", "common_neighbor", "distance_halving", "loggp_tree"}
 WITH_AUTO = "auto" in os.environ.get("SPARSECOLL_ADVERSARIAL_ALGORITHMS", "auto")
 SHAPES = ("graph", "graph", "cart_neighborhood", "cart_neighborhood", "cartcomm")
 
@@ -1047,6 +1047,8 @@ def wrappers(draw, names: list, size: int):
         ranks_per_socket = draw(st.sampled_from([None, 1, 1, 2]))
         if ranks_per_socket is not None and ranks_per_socket <= size:
             options["ranks_per_socket"] = ranks_per_socket
+    elif name == "loggp_tree" and draw(st.booleans()):
+        options.update(L=0.0, t=0)  # hands off wherever X >= 2
     if name != "native" and draw(st.booleans()):
         options["executor"] = "dag"  # SC12 III-C: messages start as their dependencies complete
     return (name, options)

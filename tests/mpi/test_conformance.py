@@ -159,6 +159,8 @@ VARIANTS = {
     # schedule coloring (SC12 II-A3): sends reordered into rounds, on a one-step and a multi-step pattern
     "direct": ({"coloring": True},),
     "common_neighbor": ({"coloring": True},),
+    # no latency and no tolerance: hands messages off wherever X >= 2 (uneven graphs from 5 ranks on)
+    "loggp_tree": ({"L": 0.0, "t": 0},),
 }
 
 

@@ -38,6 +38,8 @@ from .p2p import message_buffer, message_bytes, wire_runs
 _Startall = MPI.Prequest.Startall
 _Testsome = MPI.Request.Testsome
 _Waitsome = MPI.Request.Waitsome
+_Testall = MPI.Request.Testall
+_Waitall = MPI.Request.Waitall
 
 
 class DagRun:
@@ -47,10 +49,17 @@ class DagRun:
     are sends, each started when ``waiting[k]`` of its own reaches 0: one count per
     dependency, plus one for the previous send to the same peer (released when that one
     starts, through ``successor``).
+
+    Only a completion that releases a send needs to be seen as it happens: requests with
+    dependents are *watched* (``Testsome``/``Waitsome``); the others only have to be complete
+    by the end (one ``Testall``/``Waitall``), so a run waits about once per dependency level,
+    as the step executor waits once per step. Once nothing is watched every send has
+    started (an unstarted send waits, directly or through its same-peer predecessors, for
+    a watched request in flight).
     """
 
-    __slots__ = ("requests", "receives", "waiting", "dependents", "successor", "roots",
-                 "active", "active_ids", "started", "_counts", "_remaining")
+    __slots__ = ("requests", "receives", "waiting", "dependents", "successor", "roots", "watched",
+                 "watch", "watch_ids", "rest", "started", "_counts", "_watched_receives", "_other_receives")
 
     def __init__(self, requests, receives: int, waiting, dependents, successor):
         self.requests = requests
@@ -58,88 +67,108 @@ class DagRun:
         self.waiting = waiting        # per request: what a send waits for before it may start (receives: 0)
         self.dependents = dependents  # per request: the sends its completion releases
         self.successor = successor    # per request: the next send to the same peer, or -1
+        # sends with nothing to wait for; none has an earlier send to its peer, so their peers differ
         self.roots = [k for k in range(receives, len(requests)) if waiting[k] == 0]
-        self.active = []              # the requests in flight (the active queue) ...
-        self.active_ids = []          # ... and their indices
+        self.watched = [bool(d) for d in dependents]
+        self._watched_receives = [k for k in range(receives) if self.watched[k]]
+        self._other_receives = [requests[k] for k in range(receives) if not self.watched[k]]
+        self.watch = []               # watched requests in flight (the active queue) ...
+        self.watch_ids = []           # ... and their indices
+        self.rest = []                # started requests nothing waits for
         self.started = 0              # requests started in the current run
         self._counts = None
-        self._remaining = 0
 
     @property
     def handles(self) -> list:
-        """The requests in flight (what a wait over several collectives waits on)."""
-        return self.active
+        """The requests in flight, watched ones first (what a wait over several collectives waits on)."""
+        return self.watch + self.rest
 
     def start(self) -> None:
         """Post every receive, then start every send with nothing to wait for."""
         self._counts = list(self.waiting)
-        self._remaining = len(self.requests)
-        receives = self.requests[:self.receives]
-        self.active = list(receives)
-        self.active_ids = list(range(self.receives))
+        requests = self.requests
+        self.watch_ids = list(self._watched_receives)
+        self.watch = [requests[k] for k in self.watch_ids]
+        self.rest = list(self._other_receives)
         self.started = self.receives
-        if receives:
-            _Startall(receives)
-        for k in self.roots:
-            self._start_send(k)
+        if self.receives:
+            _Startall(requests[:self.receives])
+        if self.roots:
+            self._start_sends(self.roots)
 
-    def _start_send(self, k: int) -> None:
-        counts, requests, successor = self._counts, self.requests, self.successor
-        while k >= 0:
-            requests[k].Start()
-            self.active.append(requests[k])
-            self.active_ids.append(k)
-            self.started += 1
-            k = successor[k]
-            if k >= 0:
-                counts[k] -= 1
-                if counts[k] != 0:
-                    return
+    def _start_sends(self, ready) -> None:
+        """Start the sends ``ready`` (to distinct peers), then every send to the same peers that waited
+        only for them to start, batch after batch (each batch one ``Startall``: its peers differ, so
+        the order MPI starts them in does not matter for matching)."""
+        counts, requests, successor, watched = self._counts, self.requests, self.successor, self.watched
+        watch, watch_ids, rest = self.watch, self.watch_ids, self.rest
+        while ready:
+            batch = [requests[k] for k in ready]
+            if len(batch) > 2:
+                _Startall(batch)
+            else:
+                for request in batch:
+                    request.Start()
+            self.started += len(batch)
+            following = []
+            for k, request in zip(ready, batch):
+                if watched[k]:
+                    watch.append(request)
+                    watch_ids.append(k)
+                else:
+                    rest.append(request)
+                after = successor[k]
+                if after >= 0:
+                    counts[after] -= 1
+                    if counts[after] == 0:
+                        following.append(after)
+            ready = following
 
     def _finished(self, positions) -> None:
-        """The requests at ``positions`` of the active queue completed: release their dependents."""
-        ids = self.active_ids
+        """The watched requests at ``positions`` completed: release their dependents."""
+        ids = self.watch_ids
         done = [ids[p] for p in positions]
         for p in sorted(positions, reverse=True):
-            del self.active[p]
+            del self.watch[p]
             del ids[p]
-        self._remaining -= len(done)
         counts, dependents = self._counts, self.dependents
+        ready = []  # released now; each had its same-peer predecessor started already, so their peers differ
         for k in done:
             for d in dependents[k]:
                 counts[d] -= 1
                 if counts[d] == 0:
-                    self._start_send(d)
+                    ready.append(d)
+        if ready:
+            self._start_sends(ready)
 
     def completed(self, position: int) -> None:
         """The request at ``position`` of :attr:`handles` was completed by a wait outside this run."""
-        self._finished((position,))
+        if position < len(self.watch):
+            self._finished((position,))
+        # an unwatched request completed: the final Testall/Waitall sees it as complete
 
     def test(self) -> bool:
         """Progress the active queue without blocking; True once every message has completed."""
-        while self.active:
-            positions = _Testsome(self.active)
+        while self.watch:
+            positions = _Testsome(self.watch)
             if not positions:
-                break
+                return False
             self._finished(positions)
-        return self._remaining == 0
+        return _Testall(self.rest)
 
     def wait(self) -> None:
         """Block until every message has completed."""
-        while self._remaining:
-            positions = _Waitsome(self.active)
-            self._finished(positions)
-
-    @property
-    def done(self) -> bool:
-        """Whether every message of the run has completed (as far as this run has seen)."""
-        return self._remaining == 0
+        while self.watch:
+            self._finished(_Waitsome(self.watch))
+        _Waitall(self.rest)
 
 
 class Executor:
     """Persistent requests for every wire message of a Schedule, run as one :class:`DagRun`.
 
-    ``steps`` is ``[run]`` (no messages: ``[]``), the interface every executor offers.
+    ``steps`` is ``[run]`` (no messages: ``[]``; no dependencies at all, as in a one-step
+    schedule: ``[requests]``, receives first, a stage MPI progresses alone), the interface
+    every executor offers.
 
     Joined small messages (one wire message) wait for the union of their members'
     dependencies. Receives are always earlier than sends and data dependencies point at
@@ -204,12 +233,15 @@ class Executor:
                 successor[earlier] = k
                 waiting[k] += 1
             last_to_peer[peer] = k
-        self.steps = [DagRun(requests, nrecv, waiting, dependents, successor)]
+        if not any(dependents):  # no send waits for anything: the whole DAG is one stage MPI runs alone
+            self.steps = [requests]
+        else:
+            self.steps = [DagRun(requests, nrecv, waiting, dependents, successor)]
 
     def free(self) -> None:
         """Release requests and datatypes (no run may be in flight; idempotent)."""
-        for run in self.steps:
-            for request in run.requests:
+        for stage in self.steps:
+            for request in (stage if type(stage) is list else stage.requests):
                 request.Free()
         for datatype in self._datatypes:
             datatype.Free()

@@ -23,7 +23,11 @@ Candidates are every registered algorithm that supports the topology and family,
 build their Pattern locally are charged on that Pattern. Those that build it by a
 protocol (``common_neighbor``, ``distance_halving``) are first charged on an *estimate* from
 cheap local statistics (:data:`ESTIMATORS`; their papers' own counts), and on their real
-Pattern once it is built.
+Pattern once it is built. ``loggp_tree`` (SC12 tree transformations) is not a candidate: what
+it builds depends on the out-degrees of all ranks (which ranks are heavy, which light, who
+pairs with whom), which no rank sees locally, so there is no honest local estimate (on a
+graph without a heavy rank it is ``direct``, on a hot spot a tree). Name it explicitly
+(``algorithm="loggp_tree"``) to run it.
 
 The choice is made per form and per block-size class (:func:`size_class`) from the
 **maximum over ranks** of each candidate's time (a collective finishes with its slowest
@@ -173,7 +177,8 @@ def estimate_distance_halving(topology, family: str, options: dict, load: Load, 
     return _estimate(load, _mean_level(topology, load, placement), int(halvings) + 1, sends, items)
 
 
-#: Cheap predictions of the algorithms that build their Pattern by a protocol.
+#: Cheap predictions of the algorithms that build their Pattern by a protocol (a protocol algorithm
+#: without one, ``loggp_tree``, is not a candidate: see the module docstring).
 ESTIMATORS = {"common_neighbor": estimate_common_neighbor, "distance_halving": estimate_distance_halving}
 
 

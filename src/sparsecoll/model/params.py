@@ -19,6 +19,7 @@ cores by default.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 from ..topology.placement import Placement  # noqa: F401  (re-exported: model users name it here)
@@ -95,3 +96,47 @@ def loggp(L: float, o: float, g: float, G: float, source: str = "", pair_class: 
     """A LogGP Machine with the same parameters for one class (or all)."""
     names = CLASSES if pair_class is None else (pair_class,)
     return Machine("loggp", {c: {"L": L, "o": o, "g": g, "G": G} for c in names}, source)
+
+
+def tree_rule_loggp(machine: Machine, pair_class: str = "network") -> dict:
+    """``{L, o, G}`` as the SC12 tree rule reads LogGP (``o > g``, so a sender pays ``o`` per
+    message; ``loggp_tree``), from ``pair_class``'s parameters (with the usual fallback).
+
+    A file with ``o > 0`` is taken as it is. A burst fit (``sparsecoll calibrate --model loggp``,
+    ``o = 0`` by construction) measured steps in which every rank sends *and* receives each
+    message, so its per-message slope ``g`` is two overheads (``o = g / 2``) and its one-message
+    time ``L`` holds a send and a receive overhead (``L - 2o``, at least 0).
+    """
+    if machine.model != "loggp":
+        raise ValueError(f"loggp: expected a LogGP parameter file, got a {machine.model} one")
+    params = machine.params(pair_class)
+    L, o, G = float(params["L"]), float(params["o"]), float(params["G"])
+    if o == 0:
+        o = float(params["g"]) / 2
+        L = max(L - 2 * o, 0.0)
+    if o <= 0:
+        raise ValueError("loggp: the parameter file gives no per-message overhead (o and g are 0)")
+    return {"L": L, "o": o, "G": G}
+
+
+#: The option naming a LogGP parameter file whose ``L``, ``o``, ``G`` (:func:`tree_rule_loggp`)
+#: become ``loggp_tree``'s options; read here, by ``wrap`` and the simulator (algorithms read no files).
+LOGGP_FILE_OPTION = "loggp"
+
+
+def with_loggp_file(options: dict) -> dict:
+    """``options`` with ``L``, ``o``, ``G`` from the file named by ``loggp=`` (if any); raises
+    ValueError or TypeError naming ``loggp`` (before any message is sent)."""
+    path = options.get(LOGGP_FILE_OPTION)
+    if path is None:
+        return options
+    given = sorted(name for name in ("L", "o", "G") if name in options)
+    if given:
+        raise ValueError(f"loggp: give a parameter file or {', '.join(given)}, not both")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"loggp: expected the path of a parameter file, got {type(path).__name__}")
+    try:
+        machine = Machine.load(path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"loggp: cannot read a LogGP parameter file from {os.fspath(path)!r}: {exc}") from None
+    return {**options, **tree_rule_loggp(machine)}

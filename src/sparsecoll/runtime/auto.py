@@ -25,7 +25,8 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   class, or for a persistent request; then the Pattern is built (collectively), charged on
   its real messages (one more allreduce), and the tables of its family are decided again.
   ``REPEATS = 8``: the build is a protocol of several rounds, each as costly as a few calls,
-  so it pays only in a loop; a signature seen 8 times is a loop, not set-up.
+  so it pays only in a loop; a signature seen 8 times is a loop, not set-up. ``loggp_tree``
+  has no estimate and is not a candidate (:mod:`sparsecoll.model.choice` says why).
 * **Online check** (``verify_choice=True``): the first :data:`TRIALS` pairs of blocking calls
   of a class whose choice is not ``native`` alternate the choice and ``native``; each rank
   sums the two times, one allreduce takes the maxima, and the class switches to ``native``

@@ -133,7 +133,8 @@ class CommRuntime:
                 f"plan_stats({collective!r}): the {plan.algorithm!r} pattern of the {family} family is built by a "
                 f"collective call; call Neighbor_{collective} (blocking, nonblocking or persistent) or "
                 f"comm.pattern({collective!r}) on every rank first")
-        result = {"algorithm": plan.algorithm, **stats(pattern),
+        result = {"algorithm": plan.algorithm, "executor": "library" if plan.native else plan.executor,
+                  **stats(pattern),
                   "build_seconds": self.build_seconds.get(self._pattern_key(plan, family), 0.0)}
         if explained is not None:
             result["auto"] = explained

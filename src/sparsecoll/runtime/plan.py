@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from .. import algorithms, execute
+from ..model.params import with_loggp_file
 from ..model.profile import BUILTIN, Profile
 from ..model.profile import resolve as resolve_profile
 from ..topology.cartesian import GRID_OPTION
@@ -60,7 +61,7 @@ def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
         raise TypeError(f"rebind: expected a bool, got {type(rebind).__name__}")
     if not isinstance(verify_choice, bool):
         raise TypeError(f"verify_choice: expected a bool, got {type(verify_choice).__name__}")
-    checked = algorithms.check_options(algorithm, options, size)
+    checked = algorithms.check_options(algorithm, with_loggp_file(options), size)
     chosen_profile = resolve_profile(profile) if algorithm == algorithms.AUTO else BUILTIN
     return Plan(algorithm, MappingProxyType(dict(checked)), rebind, executor, chosen_profile, verify_choice)
 

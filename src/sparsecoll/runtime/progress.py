@@ -145,18 +145,19 @@ class ProgressEngine:
                 request._advance()
             if request._current is None:
                 return
-            handles, dynamic = [], []  # dynamic: (first position, stage) of each dynamic stage
+            handles, dynamic = [], []  # dynamic: (first position, count, stage) of each dynamic stage
             for current in [request._current] + [other._current for other in others]:
                 if current is None:
                     continue
                 if type(current) is list:
                     handles.extend(current)
                 else:
-                    dynamic.append((len(handles), current))
-                    handles.extend(current.handles)
+                    own = current.handles
+                    dynamic.append((len(handles), len(own), current))
+                    handles.extend(own)
             index = _Waitany(handles)
-            for first, stage in dynamic:
-                if first <= index < first + len(stage.handles):
+            for first, count, stage in dynamic:
+                if first <= index < first + count:
                     stage.completed(index - first)
 
     # -- the thread ------------------------------------------------------------------

@@ -13,6 +13,7 @@ from ..algorithms import build_pattern, check_options
 from ..algorithms import get as get_algorithm
 from ..algorithms.common_neighbor import pair_friends
 from ..algorithms.protocol import ProtocolChannel
+from ..model.params import with_loggp_file
 from ..pattern import family_of, stats
 from ..verify import verify as verify_patterns
 from .world import World
@@ -83,7 +84,7 @@ def build_patterns(topologies, algorithm: str, family: str, options: dict | None
     entry = get_algorithm(algorithm)
     if entry.runs_library:
         raise NotImplementedError(f"algorithm {algorithm!r} has no pattern builder (it calls the MPI library)")
-    options = check_options(algorithm, dict(options or {}), len(topologies))
+    options = check_options(algorithm, with_loggp_file(dict(options or {})), len(topologies))
     for topology in topologies:
         reason = entry.unsupported_reason(topology, family)
         if reason is not None:

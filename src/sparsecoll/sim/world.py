@@ -797,6 +797,14 @@ class VirtualComm:
         slot = self._collective("reduce", data, root, len(data))
         return self._shared(slot, lambda: _reduce(self._gather_values(slot), op)) if self._rank == root else None
 
+    def exscan(self, sendobj, op=MPI.SUM):
+        """Reduce the objects of the lower ranks in rank order (rank 0 gets None, as in mpi4py)."""
+        data = _dumps(sendobj)
+        slot = self._collective("exscan", data, None, len(data))
+        if self._rank == 0:
+            return None
+        return pickle.loads(_dumps(_reduce(self._gather_values(slot)[:self._rank], op)))
+
     def allgather(self, sendobj) -> list:
         """Every rank's object, in rank order."""
         data = _dumps(sendobj)

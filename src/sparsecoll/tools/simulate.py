@@ -23,8 +23,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--ranks", type=int, default=1024, help="number of virtual ranks")
     parser.add_argument("--topology", default="random:density=0.1",
                         help="SPEC: random:density=D[,seed=S] | sparse-alltoall:p=P[,seed=S] | moore:D=d,R=r | "
-                             "cross:d=D | stencil:d=D,n=N,f=F | matrix:PATH (empty PATH: a bundled SuiteSparse matrix; "
-                             "needs scipy), as the benchmark's (all but cart)")
+                             "cross:d=D | hotspot[:root=R] | stencil:d=D,n=N,f=F | "
+                             "matrix:PATH (empty PATH: a bundled SuiteSparse matrix; needs scipy), "
+                             "as the benchmark's (all but cart)")
     parser.add_argument("--algorithms", default="direct",
                         help="registered algorithms, comma separated, each NAME[+OPTION[=VALUE]]... "
                              "(e.g. direct+coloring)")

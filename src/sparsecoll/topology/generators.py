@@ -10,6 +10,12 @@ destinations. The same object makes the virtual-rank Topologies of the simulator
   probability ``density``, independently.
 * ``sparse-alltoall``: the sparse alltoall pattern A(s, p) of the SC12 paper (§V-1): the
   same Erdős–Rényi digraph with probability ``p`` (the SC12 paper says so itself).
+* ``hotspot``: one root sends to every other rank, nobody else sends (the hot-spot
+  neighbor alltoall of the SC12 paper's Fig. 4, which its tree transformations turn into
+  a scatter tree).
+* ``cross``: SC12's ``2d+1``-point stencil (§IV-B2, Figs. 10-11): one neighbor each way
+  along every dimension of a periodic ``Compute_dims`` grid, offsets ``-e_0, +e_0, ...``
+  in MPI's Cartesian neighbor order.
 * ``moore``: the Moore neighborhood of dimension ``D`` and radius ``R`` (HiPC 2017 §V-B,
   2023 paper §VII-B): ranks on a periodic ``D``-dimensional grid whose dims come from
   ``MPI.Compute_dims``; each rank sends to every rank within Chebyshev distance ``R``
@@ -168,12 +174,25 @@ def cross(size: int, d: int = 2) -> Adjacency:
     return isomorphic(size, compute_dims(size, d), cross_offsets(d), name="cross", params={"d": d})
 
 
+def hotspot(size: int, root: int = 0) -> Adjacency:
+    """The hot spot: ``root`` sends to every other rank in increasing rank order; nobody else sends."""
+    size = positive_integer(size, "size")
+    if isinstance(root, bool) or not isinstance(root, (int, numpy.integer)) or not 0 <= root < size:
+        raise ValueError(f"root: expected a rank in [0, {size}), got {root!r}")
+    root = int(root)
+    others = [r for r in range(size) if r != root]
+    destinations = tuple(others if r == root else [] for r in range(size))
+    sources = tuple([] if r == root else [root] for r in range(size))
+    return Adjacency(size, sources, destinations, name="hotspot", params={"root": root})
+
+
 GENERATORS = {
     # name: (function, {parameter: type}); SPEC strings: .specs
     "random": (random_sparse, {"density": float, "seed": int}),
     "sparse-alltoall": (sparse_alltoall, {"p": float, "seed": int}),
     "moore": (moore, {"D": int, "R": int}),
     "cross": (cross, {"d": int}),
+    "hotspot": (hotspot, {"root": int}),
 }
 
 

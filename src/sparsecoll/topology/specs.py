@@ -8,6 +8,8 @@ scripts name their workloads with the same strings:
   ``cross:d=D``: the generators of :mod:`.generators` (HiPC 2017, the 2023 paper, SC12;
   ``cross`` is SC12's ``2d+1``-point stencil, one neighbor each way per dimension, as an
   offset list: ``cart:d=D``'s neighborhoods where every dimension has 3 ranks or more);
+* ``hotspot[:root=R]``: rank ``R`` (default 0) sends to every other rank, nobody else sends
+  (the SC12 paper's Fig. 4 hot spot; :func:`.generators.hotspot`);
 * ``stencil:d=D,n=N,f=F``: the ICPP 2019 neighborhoods (every ``d``-vector with
   coordinates in ``f .. f+n-1`` except zero) on a periodic ``Compute_dims`` grid;
 * ``cart:d=D``: a plain MPI Cartesian communicator (periodic, ``Compute_dims``); its
@@ -50,6 +52,7 @@ KINDS = {
     "sparse-alltoall": Kind({"p": float, "seed": int}, {"seed": 0}, "sparse-alltoall:p=P[,seed=S]"),
     "moore": Kind({"D": int, "R": int}, {"D": 2, "R": 1}, "moore:D=d,R=r"),
     "cross": Kind({"d": int}, {"d": 2}, "cross:d=D"),
+    "hotspot": Kind({"root": int}, {"root": 0}, "hotspot[:root=R]"),
     "stencil": Kind({"d": int, "n": int, "f": int}, {"d": 2, "n": 3, "f": -1}, "stencil:d=D,n=N,f=F"),
     "cart": Kind({"d": int}, {"d": 2}, "cart:d=D"),
     "matrix": Kind({"path": str}, {"path": ""}, "matrix:PATH"),

@@ -35,8 +35,8 @@ def add_arguments(parser) -> None:
                         "when not already under mpiexec")
     parser.add_argument("--topology", action="append", default=None, metavar="SPEC",
                         help="random:density=D,seed=S | moore:D=d,R=r | cross:d=D | stencil:d=D,n=N,f=F | cart:d=D | "
-                             "sparse-alltoall:p=P | matrix:PATH (empty PATH: a bundled SuiteSparse matrix); "
-                             "repeatable")
+                             "sparse-alltoall:p=P | hotspot[:root=R] | "
+                             "matrix:PATH (empty PATH: a bundled SuiteSparse matrix); repeatable")
     parser.add_argument("--collective", action="append", default=None,
                         choices=["allgather", "allgatherv", "alltoall", "alltoallv"], help="repeatable")
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes per block (per unit for v variants)")
