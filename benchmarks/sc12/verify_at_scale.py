@@ -42,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     P = args.ranks
     equal = {"L": 1e-6, "o": 1e-6}  # ceil(L/o) = 1: one message of latency per hand-off
-    cases = [(f"hotspot", n, "loggp_tree", fam, opts)
+    cases = [("hotspot", n, "loggp_tree", fam, opts)
              for n in (16, 64, 256, P) for fam in ("alltoall", "allgather") for opts in ({}, equal)]
     cases += [("sparse-alltoall:p=0.1,seed=1", P, "direct", "alltoall", {"coloring": True}),
               ("sparse-alltoall:p=0.1,seed=1", P, "loggp_tree", "alltoall", {}),
