@@ -19,7 +19,11 @@ wavefront. Here:
   the start, in step order;
 * MPI matches messages between two ranks in the order they are posted (non-overtaking),
   so a send also waits until the previous send to the same peer has *started*: the n-th
-  message to a peer still meets the n-th receive its peer posted for this rank.
+  message to a peer still meets the n-th receive its peer posted for this rank. Sends
+  released together are started by one ``Startall`` in that order, as the step executor
+  starts a step (MPI-4.1 section 3.9 lets ``Startall`` start its array "in some arbitrary
+  order"; MPICH and Open MPI start it in array order, which both executors rely on for
+  several messages to one peer).
 
 A run of the executor is one :class:`DagRun` (the executor's single stage); the progress
 engine (:mod:`sparsecoll.runtime.progress`) drives it with ``Testsome``/``Waitsome`` over
@@ -97,32 +101,34 @@ class DagRun:
             self._start_sends(self.roots)
 
     def _start_sends(self, ready) -> None:
-        """Start the sends ``ready`` (to distinct peers), then every send to the same peers that waited
-        only for them to start, batch after batch (each batch one ``Startall``: its peers differ, so
-        the order MPI starts them in does not matter for matching)."""
+        """Start the sends ``ready`` and, right behind each, the sends to its peer that waited only
+        for it to start: one ``Startall`` in that order (the order the step executor relies on
+        too: MPICH and Open MPI start a ``Startall`` array in array order)."""
         counts, requests, successor, watched = self._counts, self.requests, self.successor, self.watched
+        order = []
+        for k in ready:
+            while True:
+                order.append(k)
+                k = successor[k]
+                if k < 0:
+                    break
+                counts[k] -= 1
+                if counts[k] != 0:
+                    break
+        batch = [requests[k] for k in order]
+        if len(batch) > 2:
+            _Startall(batch)
+        else:
+            for request in batch:
+                request.Start()
+        self.started += len(batch)
         watch, watch_ids, rest = self.watch, self.watch_ids, self.rest
-        while ready:
-            batch = [requests[k] for k in ready]
-            if len(batch) > 2:
-                _Startall(batch)
+        for k, request in zip(order, batch):
+            if watched[k]:
+                watch.append(request)
+                watch_ids.append(k)
             else:
-                for request in batch:
-                    request.Start()
-            self.started += len(batch)
-            following = []
-            for k, request in zip(ready, batch):
-                if watched[k]:
-                    watch.append(request)
-                    watch_ids.append(k)
-                else:
-                    rest.append(request)
-                after = successor[k]
-                if after >= 0:
-                    counts[after] -= 1
-                    if counts[after] == 0:
-                        following.append(after)
-            ready = following
+                rest.append(request)
 
     def _finished(self, positions) -> None:
         """The watched requests at ``positions`` completed: release their dependents."""
