@@ -10,7 +10,10 @@ wavefront. Here:
 * vertices are the wire messages of a bound Schedule (small messages of one step to one
   peer joined as in the step executor, :func:`sparsecoll.execute.p2p.wire_runs`, so both
   executors put the same messages on the wire), each one persistent request over
-  absolute addresses, created once; the final local copies are messages to self;
+  absolute addresses, created once; the final local copies (receive blocks filled from
+  an item that arrived once) are messages to self in a last stage after the DAG, as in the
+  step executor: run inside the DAG, on the arrival they read, they made every run with
+  copies a dynamic one, which measured 2-5x slower on this oversubscribed machine;
 * edges are the Pattern's dependency form (:func:`sparsecoll.pattern.dependencies`, carried
   by the Schedule): a send waits for the receives that brought the items it forwards and
   for the sends a transformation ordered before it (schedule coloring);
@@ -199,15 +202,16 @@ class Executor:
                         wire_of[(kind, s, i)] = (kind, len(out))
                     out.append((messages[run[0]].peer, tuple(p for i in run for p in messages[i].pieces),
                                 [(s, i) for i in run]))
-        me = comm.Get_rank()
-        copies = []
-        for n, (src, dst) in enumerate(schedule.copies):  # the final copies: messages to self, last
-            recvs.append((me, (dst,), []))
-            copies.append(len(sends))
-            sends.append((me, (src,), [("copy", n)]))
-        if not recvs and not sends:
-            return
         datatypes = self._datatypes
+        copies = []  # the final local copies: messages to self, one last stage (as the step executor runs them)
+        if schedule.copies:
+            me = comm.Get_rank()
+            for src, dst in schedule.copies:
+                copies.append(comm.Recv_init(message_buffer((dst,), datatypes), me, tag))
+                copies.append(comm.Send_init(message_buffer((src,), datatypes), me, tag))
+        if not recvs and not sends:
+            self.steps = [copies] if copies else []
+            return
         requests = [comm.Recv_init(message_buffer(pieces, datatypes), peer, tag) for peer, pieces, _ in recvs]
         requests += [comm.Send_init(message_buffer(pieces, datatypes), peer, tag) for peer, pieces, _ in sends]
         nrecv = len(recvs)
@@ -224,12 +228,7 @@ class Executor:
             k = nrecv + w
             needs = set()
             for member in members:
-                if member[0] == "copy":
-                    ref = schedule.copy_after[member[1]]
-                    refs = () if ref is None else (ref,)
-                else:
-                    refs = schedule.after.get(member, ())
-                needs.update(index(ref) for ref in refs)
+                needs.update(index(ref) for ref in schedule.after.get(member, ()))
             needs = {d for d in needs if d < k}  # see the class docstring: joined messages leave together
             for d in needs:
                 dependents[d].append(k)
@@ -243,6 +242,8 @@ class Executor:
             self.steps = [requests]
         else:
             self.steps = [DagRun(requests, nrecv, waiting, dependents, successor)]
+        if copies:
+            self.steps.append(copies)
 
     def free(self) -> None:
         """Release requests and datatypes (no run may be in flight; idempotent)."""
