@@ -40,7 +40,7 @@ from mpi4py import MPI
 
 from ..bind import Schedule
 from ..pattern import RECV, SEND
-from .p2p import message_buffer, message_bytes, wire_runs
+from .p2p import copy_requests, free_executor, message_buffer, message_bytes, wire_runs
 
 _Startall = MPI.Prequest.Startall
 _Testsome = MPI.Request.Testsome
@@ -203,12 +203,7 @@ class Executor:
                     out.append((messages[run[0]].peer, tuple(p for i in run for p in messages[i].pieces),
                                 [(s, i) for i in run]))
         datatypes = self._datatypes
-        copies = []  # the final local copies: messages to self, one last stage (as the step executor runs them)
-        if schedule.copies:
-            me = comm.Get_rank()
-            for src, dst in schedule.copies:
-                copies.append(comm.Recv_init(message_buffer((dst,), datatypes), me, tag))
-                copies.append(comm.Send_init(message_buffer((src,), datatypes), me, tag))
+        copies = copy_requests(comm, schedule, tag, datatypes)  # one last stage, as the step executor runs them
         if not recvs and not sends:
             self.steps = [copies] if copies else []
             return
@@ -247,11 +242,4 @@ class Executor:
 
     def free(self) -> None:
         """Release requests and datatypes (no run may be in flight; idempotent)."""
-        for stage in self.steps:
-            for request in (stage if type(stage) is list else stage.requests):
-                request.Free()
-        for datatype in self._datatypes:
-            datatype.Free()
-        self.steps = []
-        self._datatypes = []
-        self._schedule = None
+        free_executor(self)

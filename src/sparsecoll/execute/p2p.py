@@ -114,6 +114,29 @@ def message_buffer(pieces, datatypes: list) -> list:
     return [MPI.BOTTOM, 1, datatype]
 
 
+def copy_requests(comm: MPI.Comm, schedule: Schedule, tag: int, datatypes: list) -> list:
+    """The final local copies of a Schedule as persistent messages to self (receive, send per copy)."""
+    requests = []
+    if schedule.copies:
+        me = comm.Get_rank()
+        for src, dst in schedule.copies:
+            requests.append(comm.Recv_init(message_buffer((dst,), datatypes), me, tag))
+            requests.append(comm.Send_init(message_buffer((src,), datatypes), me, tag))
+    return requests
+
+
+def free_executor(executor) -> None:
+    """Free an executor's requests (list stages, or dynamic stages with ``requests``) and datatypes."""
+    for stage in executor.steps:
+        for request in (stage if type(stage) is list else stage.requests):
+            request.Free()
+    for datatype in executor._datatypes:
+        datatype.Free()
+    executor.steps = []
+    executor._datatypes = []
+    executor._schedule = None
+
+
 class Executor:
     """Persistent requests for every step of one bound Schedule on one communicator."""
 
@@ -130,21 +153,10 @@ class Executor:
                          for peer, pieces in coalesce(sends)]
             if requests:
                 self.steps.append(requests)
-        if schedule.copies:
-            me = comm.Get_rank()
-            requests = []
-            for src, dst in schedule.copies:
-                requests.append(comm.Recv_init(message_buffer((dst,), datatypes), me, tag))
-                requests.append(comm.Send_init(message_buffer((src,), datatypes), me, tag))
-            self.steps.append(requests)
+        copies = copy_requests(comm, schedule, tag, datatypes)
+        if copies:
+            self.steps.append(copies)
 
     def free(self) -> None:
         """Release requests and datatypes (no step of the executor may be in flight; idempotent)."""
-        for requests in self.steps:
-            for request in requests:
-                request.Free()
-        for datatype in self._datatypes:
-            datatype.Free()
-        self.steps = []
-        self._datatypes = []
-        self._schedule = None
+        free_executor(self)
