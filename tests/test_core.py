@@ -126,11 +126,10 @@ def _relay_patterns(after=None):
 def test_dependencies_are_derived_from_the_items_and_merged_with_ordering_ones():
     patterns, t = _relay_patterns(after={(1, 0): ((SEND, 0, 0),)})
     deps = dependencies(patterns[1])
-    assert deps.sends == {(0, 0): (), (1, 0): ((RECV, 0, 0), (SEND, 0, 0))}
-    assert deps.final == {(0,): (RECV, 0, 0)}
+    assert deps == {(0, 0): (), (1, 0): ((RECV, 0, 0), (SEND, 0, 0))}
     verify(patterns, t)
     schedule = bind(patterns[1], t[1], _blocks(100, [3]), _blocks(7000, [3]))
-    assert schedule.after == deps.sends and schedule.copy_after == []
+    assert schedule.after == deps
 
 
 @pytest.mark.parametrize("after, message", [
@@ -155,9 +154,7 @@ def test_verify_rejects_a_forward_that_does_not_depend_on_its_arrival(monkeypatc
     real = verify_module.dependencies
 
     def without_data(pattern):
-        deps = real(pattern)
-        return type(deps)({key: tuple(r for r in refs if r[0] != RECV) for key, refs in deps.sends.items()},
-                          deps.final)
+        return {key: tuple(r for r in refs if r[0] != RECV) for key, refs in real(pattern).items()}
     monkeypatch.setattr(verify_module, "dependencies", without_data)
     with pytest.raises(VerificationError, match="without depending on its arrival"):
         verify(patterns, t)

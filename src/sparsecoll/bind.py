@@ -15,9 +15,8 @@ the items it carries:
 
 The executor then turns each message into one derived datatype over absolute
 addresses, so nothing is packed by hand. The Schedule keeps the Pattern's message
-positions and carries its dependency graph (:func:`sparsecoll.pattern.dependencies`),
-plus, for each final copy, the receive it reads from, for executors that run messages as
-their dependencies complete.
+positions and carries its dependency graph (:func:`sparsecoll.pattern.dependencies`)
+for executors that run messages as their dependencies complete.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ class Schedule:
     """Concrete messages per step, final local copies, and the temporary space they use.
 
     ``after[(step, index)]``: the message references ``(kind, step, index)`` the send waits
-    for; ``copy_after[n]``: the receive reference the n-th copy reads, or None (send buffer).
+    for (:func:`sparsecoll.pattern.dependencies`).
     """
 
     steps: list
@@ -56,7 +55,6 @@ class Schedule:
     temp: numpy.ndarray | None = None
     received: dict = field(default_factory=dict)  # item -> piece of its last arrival
     after: dict = field(default_factory=dict)
-    copy_after: list = field(default_factory=list)
 
 
 def bind(pattern: Pattern, topology: Topology, send: Blocks, recv: Blocks,
@@ -76,9 +74,8 @@ def bind(pattern: Pattern, topology: Topology, send: Blocks, recv: Blocks,
                     [BoundMessage(m.peer, tuple(fix(p) for p in m.pieces)) for m in recvs])
                    for sends, recvs in steps]
     received = {item: fix(placement.home[item]) for step in pattern.steps for m in step.recvs for item in m.items}
-    deps = dependencies(pattern)
-    return Schedule(bound_steps, [(fix(src), fix(dst)) for _, src, dst in copies], temp, received,
-                    deps.sends, [deps.final.get(item) for item, _, _ in copies])
+    return Schedule(bound_steps, [(fix(src), fix(dst)) for src, dst in copies], temp, received,
+                    dependencies(pattern))
 
 
 class _Placement:
@@ -122,8 +119,8 @@ class _Placement:
         return piece
 
     def copies(self) -> list:
-        """``(item, source, destination)`` local copies for the receive blocks no arrival filled."""
-        return [(item, self.home[item], self.recv.piece(b))
+        """``(source, destination)`` local copies for the receive blocks no arrival filled."""
+        return [(self.home[item], self.recv.piece(b))
                 for item, blocks in self.wanted.items() for b in blocks if b not in self.filled]
 
 

@@ -116,21 +116,9 @@ class Pattern:
                 yield from message.items
 
 
-@dataclass(frozen=True)
-class Dependencies:
-    """The dependency graph of one rank's Pattern (:func:`dependencies`).
-
-    ``sends[(step, index)]``: the references the send waits for (data, then ordering ones,
-    no repeats); ``final[item]``: the receive that last brought ``item`` (what a local copy
-    into a receive block reads), for every item that arrives.
-    """
-
-    sends: dict
-    final: dict
-
-
-def dependencies(pattern: Pattern) -> Dependencies:
-    """The data dependencies of every send, merged with the Pattern's ordering ones.
+def dependencies(pattern: Pattern) -> dict:
+    """``{(step, index): refs}``: what every send waits for, its data dependencies (no repeats)
+    followed by the Pattern's ordering ones.
 
     An item is read from where it last arrived (the rule :mod:`sparsecoll.bind` places
     by), so a send carrying it depends on that receive; an item never received is read
@@ -146,7 +134,7 @@ def dependencies(pattern: Pattern) -> Dependencies:
         for i, message in enumerate(step.recvs):
             for item in message.items:
                 last[item] = (RECV, s, i)
-    return Dependencies(sends, last)
+    return sends
 
 
 def stats(pattern: Pattern) -> dict:

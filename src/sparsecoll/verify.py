@@ -141,7 +141,7 @@ def _check_dependencies(rank: int, pattern, topo, family: str) -> None:
     for s, step in enumerate(steps):
         for i, message in enumerate(step.sends):
             closure = set()
-            for ref in deps.sends[(s, i)]:
+            for ref in deps[(s, i)]:
                 kind, rs, ri = ref
                 if kind == RECV:
                     if not (0 <= rs < s and 0 <= ri < len(steps[rs].recvs)):

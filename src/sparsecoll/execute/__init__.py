@@ -14,7 +14,6 @@ next (:class:`.dag.DagRun`); :mod:`sparsecoll.runtime.progress` runs both kinds.
 
 from __future__ import annotations
 
-from .dag import DagRun  # noqa: F401  (the stage kind the progress engine drives)
 from .dag import Executor as DagExecutor
 from .p2p import Executor as StepExecutor
 

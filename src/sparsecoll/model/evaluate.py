@@ -309,7 +309,7 @@ class MessageGraph:
                         raise ValueError(f"patterns: rank {rank} step {s} receive {j} from {message.peer} has no "
                                          "matching send (run verify)") from None
             last_to_peer = {}
-            for (s, i), refs in dependencies(pattern).sends.items():
+            for (s, i), refs in dependencies(pattern).items():
                 k = sends_at[rank][(s, i)]
                 after_recv.append([received[(ref_s, j)] for kind, ref_s, j in refs if kind == RECV])
                 after_send.append([sends_at[rank][(ref_s, j)] for kind, ref_s, j in refs if kind != RECV])

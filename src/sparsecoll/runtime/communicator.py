@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from operator import methodcaller
 
 import numpy
 from mpi4py import MPI
@@ -70,7 +71,7 @@ class CommRuntime:
         self._layouts_made = 0
         # call keys: (CallPlan, layout number[, item sizes of the size pass])
         self._schedules = Recent()  # call key -> bound Schedule
-        self._blocking = Recent(evict=_free_executor)  # call key -> executor of blocking calls (of any kind)
+        self._blocking = Recent(evict=methodcaller("free"))  # call key -> executor of blocking calls (of any kind)
         # call key -> {channel: idle executor}; an executor in flight is out of its pool
         self._idle = Recent(evict=_free_pool, size=NONBLOCKING_KEYS)
         self.schedules_bound = 0  # bind() calls for collective calls
@@ -406,7 +407,7 @@ class CommRuntime:
         return ScheduleRequest(program, persistent=False, keep=keep,
                                on_complete=lambda request: channels.release_nonblocking(channel, request))
 
-    def _park(self, key, pool: dict, channel: int, executor: Executor) -> None:
+    def _park(self, key, pool: dict, channel: int, executor) -> None:
         """Keep the executor of a completed nonblocking call for the next call of ``key`` on ``channel``.
 
         ``pool`` is the one the call took the executor from; if it was dropped since (evicted,
@@ -477,7 +478,7 @@ def _plain(comm: MPI.Comm) -> MPI.Comm:
     raise TypeError(f"comm: expected an mpi4py communicator, got {type(comm).__name__}")
 
 
-def _request_for(executor: Executor, **kwargs) -> ScheduleRequest:
+def _request_for(executor, **kwargs) -> ScheduleRequest:
     """A request running ``executor``'s steps (one step: handled by MPI alone, bypassing the engine)."""
     steps = executor.steps
     single = single_stage(steps)
@@ -492,7 +493,7 @@ class _PooledRequest(ScheduleRequest):
 
     __slots__ = ("_runtime", "_key", "_pool", "_channel", "_executor")
 
-    def __init__(self, executor: Executor, runtime: CommRuntime, key, pool: dict, channel: int, keep):
+    def __init__(self, executor, runtime: CommRuntime, key, pool: dict, channel: int, keep):
         steps = executor.steps
         single = single_stage(steps)
         if single is not None:  # handled by MPI alone, bypassing the engine
@@ -513,10 +514,6 @@ class _PooledRequest(ScheduleRequest):
             runtime._park(self._key, self._pool, self._channel, self._executor)
             self._key = self._pool = self._executor = None
         ScheduleRequest._complete(self)
-
-
-def _free_executor(executor) -> None:
-    executor.free()
 
 
 def _free_pool(pool: dict) -> None:
