@@ -2,10 +2,12 @@
 
 Method of Träff and Hunold (ICPP 2019, Appendix A) and the HiPC 2017
 microbenchmark: warm-up calls; then repetitions in which every (algorithm, mode)
-variant is interleaved (their order rotates from one repetition to the next), each
-call after a barrier, its time the maximum over ranks. Per variant: median and
-quartiles of those times, and the median and quartiles of the per-repetition ratio to
-``native`` in the same mode.
+variant is interleaved (in a new random order every repetition, the same on every rank:
+a fixed rotation would give each variant the same predecessor every time, and what a
+multi-step variant leaves behind, such as a progress thread's wake-ups, would then
+always land on the same next variant), each call after a barrier, its time the maximum
+over ranks. Per variant: median and quartiles of those times, and the median and
+quartiles of the per-repetition ratio to ``native`` in the same mode.
 
 Modes (the HiPC 2017 evaluation's persistent and non-persistent flavours, plus plain
 blocking and nonblocking calls):
@@ -390,16 +392,22 @@ def _set_up(world, workload: Workload, collective: str, size: int, variant: Vari
     return {"build_seconds": build_seconds, **phases, "plan": plan}
 
 
+#: Seed of the repetitions' call order (the same on every rank, so every rank makes the same calls).
+ORDER_SEED = 20171218
+
+
 def _interleaved(world, handle, calls: dict, reps: int) -> tuple:
-    """``(samples, binds)``: every call once per repetition, in an order rotated each time,
-    a barrier before each; this rank's seconds per call and the schedules each bound."""
+    """``(samples, binds)``: every call once per repetition, in a random order drawn anew each
+    repetition from :data:`ORDER_SEED` (the same on every rank), a barrier before each; this
+    rank's seconds per call and the schedules each bound."""
     variants = list(calls)
     samples = {variant: numpy.empty(reps) for variant in variants}
     binds = dict.fromkeys(variants, 0)
     timer = MPI.Wtime
+    order = numpy.random.default_rng(ORDER_SEED)
     for rep in range(reps):
-        shift = rep % len(variants)
-        for variant in variants[shift:] + variants[:shift]:
+        for position in order.permutation(len(variants)):
+            variant = variants[position]
             call = calls[variant]
             bound_before = handle.schedules_bound
             world.Barrier()
