@@ -71,16 +71,24 @@ Decisions, with their reasons:
   (:attr:`RmaRun.polled`): the progress engine then tests every request in flight in turn
   instead of blocking in ``Waitany`` (two requests completed in different orders on two ranks
   could otherwise wait for each other).
+* **Concurrent runs** (several nonblocking calls or persistent requests in flight on one
+  communicator) share the window. Passive target epochs do not conflict; PSCW epochs do (one
+  exposure and one access epoch per window at a time, matched in order), so PSCW runs open
+  their epochs in the order their calls were made, the same on every rank
+  (:class:`EpochOrder`); a later run waits, without blocking, until the earlier ones closed theirs.
 * The RTR tree of II-C2 (combining RTR messages per sender) is not implemented: each RTR is one
   point-to-point message per (step, peer), the "traditional" protocol of the paper's Fig. 5(a).
 * **Fallback**: where ``Win.Create_dynamic`` (or ``Lock_all``) raises on some rank, every rank
   learns it from one allreduce and runs the step executor; ``plan_stats`` reports
   ``"steps (rma fallback: <reason>)"``.
 
-Library faults met (see README's section on library faults): Open MPI 5.0.x prints
-``OSC UCX component priority set inside component query failed`` when a dynamic window is
-created without a UCX worker (the window then uses osc/rdma and works); osc/sm does not
-provide dynamic windows at all.
+Library faults met (see README's section on library faults): Open MPI 5.0.11 prints
+``osc_ucx_component.c:375 Error: OSC UCX component priority set inside component query failed``
+at every window creation where UCX has no RMA transport (open-mpi/ompi#12517, #14086: a
+harmless message, osc/rdma is then selected with btl/sm as its "alternate btl" and works);
+osc/sm offers no dynamic windows (it is not selected for them). MPICH 5.0 runs dynamic windows
+over active messages and rejects a second exposure epoch on a window with "Wrong
+synchronization of RMA calls", as the standard says it may, hence :class:`EpochOrder`.
 """
 
 from __future__ import annotations
@@ -346,8 +354,12 @@ class RmaRun:
     #: The progress engine must poll this stage (its RTEs are not MPI requests).
     polled = True
 
-    def __init__(self, window, steps, ranges, canary: bool, flags, results):
+    def __init__(self, window, steps, ranges, canary: bool, flags, results, order=None):
         self.window = window
+        self.order = order  # PSCW: the EpochOrder of the window (None: canary)
+        self.ticket = None
+        self.reserved = None  # a ticket taken when the call was made, before this run could start
+        self.entered = False
         self.steps_ = steps
         self.ranges = ranges  # memory attached during a run
         self.canary = canary
@@ -382,7 +394,20 @@ class RmaRun:
         self.flagged = 0
         if self.canary:
             self._arm_all()
-        self._enter()
+            self._enter()
+            self.entered = True
+            return
+        self.ticket = self.order.take() if self.reserved is None else self.reserved
+        self.reserved = None
+        self.entered = False
+        self._try_enter()
+
+    def _try_enter(self) -> bool:
+        """PSCW: enter the first step once every earlier run on the window has closed its epochs."""
+        if self.order.ready(self.ticket):
+            self._enter()
+            self.entered = True
+        return self.entered
 
     def _arm_all(self) -> None:
         """Canary: write ``C`` into every tail word and clear every flag, then send every RTR."""
@@ -485,6 +510,10 @@ class RmaRun:
     def _advance(self, block: bool) -> bool:
         """Move through the steps; True once the run is complete."""
         window = self.window
+        if not self.entered and not self._try_enter():
+            if block:
+                raise RuntimeError("internal: an earlier RMA run on this communicator never ended its epochs")
+            return False
         while self.step < len(self.steps_):
             step = self.steps_[self.step]
             if not self.put_done:
@@ -513,6 +542,9 @@ class RmaRun:
             self.step += 1
             self._enter()
         self._detach()
+        if self.order is not None and self.ticket is not None:
+            self.order.finish(self.ticket)
+            self.ticket = None
         return True
 
     def _detach(self) -> None:
@@ -572,6 +604,64 @@ def close_window(window: MPI.Win, canary: bool) -> None:
     window.Free()
 
 
+class EpochOrder:
+    """The order in which the PSCW runs on one window open their epochs: the order of their calls.
+
+    A window has at most one exposure and one access epoch at a time, and epochs match in the
+    order they are opened, so concurrent runs (several nonblocking calls or persistent requests in
+    flight) must open theirs in one order on every rank. MPI requires collective calls (and the
+    ``Start`` of persistent collectives) in the same order on every rank, so each run takes a
+    ticket when its call is made and opens its epochs once every earlier ticket has finished.
+    """
+
+    __slots__ = ("issued", "serving", "finished")
+
+    def __init__(self):
+        self.issued = 0
+        self.serving = 0
+        self.finished = set()
+
+    def take(self) -> int:
+        """The next ticket (when a call is made)."""
+        self.issued += 1
+        return self.issued - 1
+
+    def ready(self, ticket: int) -> bool:
+        """Whether every earlier ticket has finished."""
+        return ticket == self.serving
+
+    def finish(self, ticket: int) -> None:
+        """``ticket``'s run closed its last epoch (or never had one)."""
+        self.finished.add(ticket)
+        while self.serving in self.finished:
+            self.finished.remove(self.serving)
+            self.serving += 1
+
+
+class _Factory:
+    """Makes the executors of one window; ``reserve``/``release`` serve calls that make their
+    executor after the call (the size pass of v/w calls runs first)."""
+
+    __slots__ = ("cls", "window", "order")
+
+    def __init__(self, cls, window, order):
+        self.cls = cls
+        self.window = window
+        self.order = order
+
+    def __call__(self, comm, schedule, tag):
+        return self.cls(comm, schedule, tag, window=self.window, order=self.order)
+
+    def reserve(self):
+        """A ticket for a call whose executor comes later (None: the variant needs none)."""
+        return None if self.order is None else self.order.take()
+
+    def release(self, ticket) -> None:
+        """Give back a reserved ticket no run used."""
+        if ticket is not None:
+            self.order.finish(ticket)
+
+
 class Prepared:
     """What a communicator runs for an executor name: a factory ``(comm, schedule, tag)``, the label
     ``plan_stats`` shows, and what to release with the communicator."""
@@ -603,7 +693,7 @@ class Executor:
 
     __slots__ = ("steps", "_datatypes", "_schedule", "_parts", "_keep")
 
-    def __init__(self, comm: MPI.Comm, schedule: Schedule, tag: int, *, window: MPI.Win):
+    def __init__(self, comm: MPI.Comm, schedule: Schedule, tag: int, *, window: MPI.Win, order=None):
         canary = self.canary
         self._schedule = schedule  # keeps its temporary space alive
         self._datatypes = datatypes = []
@@ -627,7 +717,7 @@ class Executor:
         widest = max((len(part.recvs) for part in parts), default=0)
         results = numpy.zeros(max(2 * widest, 1), dtype=numpy.uint64)
         self._keep = (staging, flags, results)
-        self.steps = [RmaRun(window, parts, _merged_ranges(ranges), canary, flags, results)] if parts else []
+        self.steps = [RmaRun(window, parts, _merged_ranges(ranges), canary, flags, results, order)] if parts else []
         copies = copy_requests(comm, schedule, tag, datatypes)
         if copies:
             self.steps.append(copies)
@@ -639,9 +729,15 @@ class Executor:
         if window is None:
             return Prepared(StepExecutor, f"steps ({cls.name} fallback: {reason})")
 
-        def factory(comm, schedule, tag):
-            return cls(comm, schedule, tag, window=window)
-        return Prepared(factory, cls.name, window, cls.canary)
+        return Prepared(_Factory(cls, window, None if cls.canary else EpochOrder()), cls.name, window, cls.canary)
+
+    def use_ticket(self, ticket) -> bool:
+        """Run with a ticket reserved when the call was made (:meth:`_Factory.reserve`); False if
+        this executor has no run to use it (the caller then releases it)."""
+        if self.steps and type(self.steps[0]) is RmaRun:
+            self.steps[0].reserved = ticket
+            return True
+        return False
 
     def counts(self) -> dict:
         """Deterministic numbers of one run: epochs, RTR messages, puts and bytes put by this rank."""

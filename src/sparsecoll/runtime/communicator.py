@@ -402,17 +402,26 @@ class CommRuntime:
     def _sized_request(self, call, send, recv, layout, channel, keep) -> ScheduleRequest:
         """A v/w call that needs the size pass: size pass, bind, data, all advanced by the engine."""
         def program():
-            sizes_executor, read = self._size_pass(call, send, channel)
+            # an executor whose runs are ordered by call (RMA epochs) reserves its turn now
+            reserve = getattr(call.executor, "reserve", None)
+            ticket = reserve() if reserve is not None else None
             try:
-                yield from sizes_executor.steps
-                sizes = read()
+                sizes_executor, read = self._size_pass(call, send, channel)
+                try:
+                    yield from sizes_executor.steps
+                    sizes = read()
+                finally:
+                    sizes_executor.free()
+                if call.rebind:
+                    schedule = self.bind(call, send, recv, sizes)
+                else:
+                    schedule = self._schedule(call, send, recv, _call_key(call, layout, sizes), sizes)
+                executor = call.executor(self.private, schedule, channel)
+                if ticket is not None and executor.use_ticket(ticket):
+                    ticket = None
             finally:
-                sizes_executor.free()
-            if call.rebind:
-                schedule = self.bind(call, send, recv, sizes)
-            else:
-                schedule = self._schedule(call, send, recv, _call_key(call, layout, sizes), sizes)
-            executor = call.executor(self.private, schedule, channel)
+                if ticket is not None:
+                    call.executor.release(ticket)
             try:
                 yield from executor.steps
             finally:
