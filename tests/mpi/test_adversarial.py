@@ -480,7 +480,7 @@ OUTSTANDING = 100
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("algorithm", ["cartesian", "common_neighbor"])
+@pytest.mark.parametrize("algorithm", ["cartesian", "common_neighbor", "cartesian[rma]", "common_neighbor[rma_canary]"])
 def test_more_than_64_outstanding_nonblocking_calls(algorithm):
     """Case 3: 100 outstanding Ineighbor_allgather/Ineighbor_alltoall calls of a multi-step
     schedule on one communicator, each with its own arrays and data, completed by Test

@@ -39,7 +39,7 @@ Decisions, with their reasons:
   and nonblocking calls from *local* caches (one rank may reuse an executor while another
   binds anew), so no executor may create a window. Each run attaches its memory
   (``Win.Attach``, local) and detaches it at the end, so two executors over one receive
-  buffer (two idle nonblocking executors, two persistent requests) never attach overlapping
+  buffer (two idle nonblocking executors, two persistent requests) never attach the same
   memory at the same time. Windows over each call's buffers, made and freed inside each call,
   would block ``Ineighbor_*`` in ``Win_create`` until every rank entered the call (a legal
   program deadlocks there, see below), so they are not used.
@@ -72,10 +72,14 @@ Decisions, with their reasons:
   instead of blocking in ``Waitany`` (two requests completed in different orders on two ranks
   could otherwise wait for each other).
 * **Concurrent runs** (several nonblocking calls or persistent requests in flight on one
-  communicator) share the window. Passive target epochs do not conflict; PSCW epochs do (one
-  exposure and one access epoch per window at a time, matched in order), so PSCW runs open
-  their epochs in the order their calls were made, the same on every rank
-  (:class:`EpochOrder`); a later run waits, without blocking, until the earlier ones closed theirs.
+  communicator) share the window, and run one after the other in the order their calls were
+  made, the same on every rank (:class:`EpochOrder`); a later run waits, without blocking,
+  until the earlier ones ended. PSCW needs it (one exposure and one access epoch per window at
+  a time, matched in order); both variants need it for attached memory (Open MPI's osc/rdma
+  attaches a limited number of regions per window, MCA parameter ``osc_rdma_max_attach``, so
+  100 outstanding calls each attaching their own failed with ``MPI_ERR_RMA_ATTACH``). A run
+  attaches its regions when its turn comes (a region starting in the page where the previous
+  one ends is attached with it) and detaches them when it ends.
 * The RTR tree of II-C2 (combining RTR messages per sender) is not implemented: each RTR is one
   point-to-point message per (step, peer), the "traditional" protocol of the paper's Fig. 5(a).
 * **Fallback**: where ``Win.Create_dynamic`` (or ``Lock_all``) raises on some rank, every rank
@@ -327,11 +331,18 @@ class _Step:
         self.rtr_sends = self.rtr_recvs = []
 
 
+#: Ranges closer than the end of this page size are attached as one (the gap lies in a page the
+#: previous range already touches, so it is mapped memory).
+PAGE = 4096
+
+
 def _merged_ranges(ranges) -> list:
-    """``(address, bytes)`` ranges with overlapping or touching ones merged (empty ones dropped)."""
+    """``(address, bytes)`` ranges to attach: overlapping ones merged, and a range that starts in
+    the page where the previous one ends joined to it (fewer attached regions: Open MPI limits
+    them); empty ones dropped."""
     out = []
     for address, nbytes in sorted(r for r in ranges if r[1] > 0):
-        if out and address <= out[-1][0] + out[-1][1]:
+        if out and address <= out[-1][0] + out[-1][1] + (-(out[-1][0] + out[-1][1])) % PAGE:
             last = out[-1]
             last[1] = max(last[1], address + nbytes - last[0])
         else:
@@ -356,7 +367,7 @@ class RmaRun:
 
     def __init__(self, window, steps, ranges, canary: bool, flags, results, order=None):
         self.window = window
-        self.order = order  # PSCW: the EpochOrder of the window (None: canary)
+        self.order = order  # the EpochOrder of the window
         self.ticket = None
         self.reserved = None  # a ticket taken when the call was made, before this run could start
         self.entered = False
@@ -384,27 +395,31 @@ class RmaRun:
         requests stay complete), nothing to do now."""
 
     def start(self) -> None:
-        """Attach the run's memory and enter the first step (posts and sends only: never blocks)."""
-        window = self.window
-        for address, nbytes in self.ranges:
-            memory = MPI.buffer.fromaddress(address, nbytes)
-            window.Attach(memory)
-            self.attached.append(memory)
+        """Take the run's turn and, if it is its turn, attach and enter the first step (posts,
+        canaries and RTR sends only: never blocks)."""
         self.step = 0
         self.flagged = 0
-        if self.canary:
-            self._arm_all()
-            self._enter()
-            self.entered = True
-            return
         self.ticket = self.order.take() if self.reserved is None else self.reserved
         self.reserved = None
         self.entered = False
         self._try_enter()
 
     def _try_enter(self) -> bool:
-        """PSCW: enter the first step once every earlier run on the window has closed its epochs."""
+        """Once every earlier run on the window has ended: attach the memory, enter the first step."""
         if self.order.ready(self.ticket):
+            window = self.window
+            for address, nbytes in self.ranges:
+                memory = MPI.buffer.fromaddress(address, nbytes)
+                try:
+                    window.Attach(memory)
+                except MPI.Exception as error:
+                    self._detach()
+                    raise RuntimeError(
+                        f"rma: the MPI library refused to attach {len(self.ranges)} memory regions to the "
+                        f"window ({error}); Open MPI limits them (MCA parameter osc_rdma_max_attach)") from error
+                self.attached.append(memory)
+            if self.canary:
+                self._arm_all()
             self._enter()
             self.entered = True
         return self.entered
@@ -542,7 +557,7 @@ class RmaRun:
             self.step += 1
             self._enter()
         self._detach()
-        if self.order is not None and self.ticket is not None:
+        if self.ticket is not None:
             self.order.finish(self.ticket)
             self.ticket = None
         return True
@@ -605,13 +620,15 @@ def close_window(window: MPI.Win, canary: bool) -> None:
 
 
 class EpochOrder:
-    """The order in which the PSCW runs on one window open their epochs: the order of their calls.
+    """The order in which the runs on one window go: the order of their calls.
 
     A window has at most one exposure and one access epoch at a time, and epochs match in the
-    order they are opened, so concurrent runs (several nonblocking calls or persistent requests in
-    flight) must open theirs in one order on every rank. MPI requires collective calls (and the
-    ``Start`` of persistent collectives) in the same order on every rank, so each run takes a
-    ticket when its call is made and opens its epochs once every earlier ticket has finished.
+    order they are opened, so concurrent PSCW runs (several nonblocking calls or persistent
+    requests in flight) must open theirs in one order on every rank; attached memory is limited
+    (Open MPI), so runs attach theirs in turn. MPI requires collective calls (and the ``Start``
+    of persistent collectives) in the same order on every rank, so each run takes a ticket when
+    its call is made and begins once every earlier ticket has finished: the same order on every
+    rank, so a run never waits for one that waits for it.
     """
 
     __slots__ = ("issued", "serving", "finished")
@@ -652,9 +669,9 @@ class _Factory:
     def __call__(self, comm, schedule, tag):
         return self.cls(comm, schedule, tag, window=self.window, order=self.order)
 
-    def reserve(self):
-        """A ticket for a call whose executor comes later (None: the variant needs none)."""
-        return None if self.order is None else self.order.take()
+    def reserve(self) -> int:
+        """A ticket for a call whose executor comes later."""
+        return self.order.take()
 
     def release(self, ticket) -> None:
         """Give back a reserved ticket no run used."""
@@ -729,7 +746,7 @@ class Executor:
         if window is None:
             return Prepared(StepExecutor, f"steps ({cls.name} fallback: {reason})")
 
-        return Prepared(_Factory(cls, window, None if cls.canary else EpochOrder()), cls.name, window, cls.canary)
+        return Prepared(_Factory(cls, window, EpochOrder()), cls.name, window, cls.canary)
 
     def use_ticket(self, ticket) -> bool:
         """Run with a ticket reserved when the call was made (:meth:`_Factory.reserve`); False if
