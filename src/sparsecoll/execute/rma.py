@@ -42,7 +42,9 @@ Decisions, with their reasons:
   buffer (two idle nonblocking executors, two persistent requests) never attach the same
   memory at the same time. Windows over each call's buffers, made and freed inside each call,
   would block ``Ineighbor_*`` in ``Win_create`` until every rank entered the call (a legal
-  program deadlocks there, see below), so they are not used.
+  program deadlocks there, see below), so they are not used; nor is a ``static_buffers`` promise
+  (the ``cdag_static_buffers`` info key) needed: no window is tied to a buffer, so ranks may pass
+  new arrays on every call (the adversarial suite does), and the key can only save work.
 * **Addresses travel in band** (II-C1's "keys exchanged along all communication edges"): the RTR
   message of a (step, origin) pair carries the target address of each of its messages (and,
   for the canary, of each flag word). Nothing is exchanged when an executor is created (which
