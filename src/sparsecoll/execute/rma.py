@@ -100,6 +100,7 @@ synchronization of RMA calls", as the standard says it may, hence :class:`EpochO
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy
 from mpi4py import MPI
@@ -543,7 +544,7 @@ class RmaRun:
             if block:
                 if self.canary:
                     while not self._arrived(step):
-                        pass
+                        os.sched_yield()  # ranks may outnumber cores: let the writer run
                 elif step.in_group is not None:
                     window.Wait()
                 _Waitall(step.rtr_sends)
