@@ -14,15 +14,16 @@ the data is there). Two executors are registered:
   (``Win.Start``, the puts, ``Win.Complete``); the target sees the RTE as the end of its
   exposure epoch (``Win.Test``/``Win.Wait``).
 * ``rma_canary`` (II-C3): one passive target epoch (``Win.Lock_all``) for the window's whole
-  life; at the start of a run the receiver writes a canary word ``C`` (:data:`CANARY`) into the
+  life; when a run begins (its turn, see below) the receiver writes a canary word ``C`` (:data:`CANARY`) into the
   last 8 bytes of each receive region and clears a flag word per message, and sends every RTR
   of the run at once (its regions are all ready: bind writes nothing twice). The origin puts
   all but the last 8 bytes, ``Win.Flush(target)``, then writes the last 8 bytes with
   ``Accumulate(MPI_REPLACE)``, and also sets the message's flag word when those bytes equal
   ``C``. The receiver sees the RTE when the canary word changed or the flag is set, reading both
   with ``Fetch_and_op(MPI_NO_OP)``. What this relies on: ``MPI_Win_flush`` completes the data put
-  *at the target* before the tail write is issued (MPI-4.1 section 12.5.4), and accumulates to
-  one location with one basic datatype are atomic with respect to each other (section 12.7.1),
+  *at the target* before the tail write is issued (MPI-4.1 chapter 12, "Flush and Sync"), and
+  accumulates to one location with one basic datatype are atomic with respect to each other
+  ("Atomicity"),
   so the receiver never sees a torn tail and never sees the tail before the data; MPI does
   *not* promise that a put's last byte lands last, so the canary is never part of the data put
   (the paper could use it on Gemini only up to its 64-byte packets, III-B1, for the same
@@ -65,7 +66,7 @@ Decisions, with their reasons:
   Zero-byte messages put nothing and are not waited for; their ranks still exchange the
   step's RTR (both ends list the same peers).
 * **Never blocking on another rank in** ``start()`` **or** ``test()``: ``Win.Start`` may block
-  until every target posted (MPICH does), so targets post with ``MPI_MODE_NOCHECK`` and send the
+  until every target posted (the standard allows it), so targets post with ``MPI_MODE_NOCHECK`` and send the
   RTR message after ``Win.Post`` returned; an origin calls ``Win.Start(MPI_MODE_NOCHECK)`` only
   once every RTR of the step arrived (``Testall``), so no epoch call waits for another rank's
   program to reach the collective; ``start()`` only posts, arms and sends RTRs.
