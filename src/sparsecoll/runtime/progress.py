@@ -24,6 +24,12 @@ A stage is either a list of persistent requests (the step executor's) or a *dyna
 stage that starts its own messages as others complete (the DAG executor's
 :class:`~sparsecoll.execute.dag.DagRun`, with ``start``/``test``/``wait``, the ``handles`` in
 flight and ``completed(position)`` for a handle a wait over several requests completed).
+A dynamic stage whose progress is not all visible as MPI requests (the RMA executor's
+:class:`~sparsecoll.execute.rma.RmaRun`: the end of an exposure epoch, a canary word) says so
+with ``polled = True``; while one is in flight, waiting over several requests tests them all
+in turn instead of blocking in ``Waitany`` (which could wait on another request while this one
+waits for a step only a test of its own would take: two ranks completing two requests in
+different orders would then wait for each other).
 
 A request of a single list stage (the ``direct`` algorithm's usual schedule) is never
 handed to the engine: MPI progresses it alone, so that path costs nothing extra. A
@@ -144,6 +150,7 @@ class ProgressEngine:
             if request._current is None:
                 return
             handles, dynamic = [], []  # dynamic: (first position, count, stage) of each dynamic stage
+            polled = False
             for current in [request._current] + [other._current for other in others]:
                 if current is None:
                     continue
@@ -153,6 +160,10 @@ class ProgressEngine:
                     own = current.handles
                     dynamic.append((len(handles), len(own), current))
                     handles.extend(own)
+                    polled = polled or getattr(current, "polled", False)
+            if polled:  # a stage progresses on more than MPI requests: test everything again
+                os.sched_yield()
+                continue
             index = _Waitany(handles)
             for first, count, stage in dynamic:
                 if first <= index < first + count:

@@ -288,6 +288,24 @@ def plan_numbers(world, workload: Workload, comm, collective: str, size: int) ->
             "rank0_info": extra}
 
 
+def executor_counts(world, comm, collective: str, buffers: Buffers) -> dict:
+    """The executor's own deterministic counts of one run (RMA executors: epochs, RTR messages,
+    puts, bytes put, staged regions), each as its maximum and mean over ranks; ``{}`` where the
+    executor counts nothing of its own."""
+    schedule = comm.runtime.bind_uncached(comm.plan, collective, buffers.sendspec, buffers.recvspec)
+    executor = comm.runtime.requests_for(schedule, comm.plan.executor)
+    try:
+        counts = executor.counts() if hasattr(executor, "counts") else {}
+    finally:
+        executor.free()
+    rows = world.allgather(counts)
+    out = {}
+    for name in sorted(rows[0]):
+        column = numpy.array([row[name] for row in rows])
+        out[f"{name}_max"], out[f"{name}_mean"] = int(column.max()), float(column.mean())
+    return out
+
+
 def measure(world, workload: Workload, collective: str, size: int, algorithms: list, *, modes, reps: int,
             warmup: int, phase_reps: int = 5, phase1_cache: dict | None = None, on_progress=None) -> list:
     """Interleaved measurement of every (algorithm, mode) for one workload, collective and size.
@@ -386,9 +404,10 @@ def _set_up(world, workload: Workload, collective: str, size: int, variant: Vari
         key = (workload.spec, family_of(collective), variant.algorithm, tuple(sorted(variant.options.items())))
         if key not in phase1_cache:
             phase1_cache[key] = phase1_seconds(world, comm, collective, phase_reps)
-        phases = {**phase1_cache[key], **phase2_seconds(world, comm, collective,
-                                                         make_buffers(workload, collective, size), phase_reps),
+        buffers = make_buffers(workload, collective, size)
+        phases = {**phase1_cache[key], **phase2_seconds(world, comm, collective, buffers, phase_reps),
                   "phase_reps": phase_reps}
+        plan["executor_counts"] = executor_counts(world, comm, collective, buffers)
     return {"build_seconds": build_seconds, **phases, "plan": plan}
 
 
