@@ -10,7 +10,8 @@ import os
 HERE = os.path.dirname(os.path.abspath(__file__))
 COLUMNS = ("native", "direct[steps]", "direct[rma]", "direct[rma_canary]")
 
-print("| library | ranks | workload | block | native | steps | rma (PSCW) | rma_canary | rma / steps | canary / steps |")
+print("| library | ranks | workload | block | native | steps | rma (PSCW) | rma_canary | rma / steps "
+      "| canary / steps |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for path in sorted(glob.glob(os.path.join(HERE, "results-*-np*", "*", "results.json"))):
     library, ranks = os.path.basename(os.path.dirname(os.path.dirname(path)))[len("results-"):].rsplit("-np", 1)
