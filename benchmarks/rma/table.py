@@ -3,17 +3,21 @@
 Run: python benchmarks/rma/table.py   (reads results-*-np*/*/results.json next to this file)
 """
 
+import argparse
 import glob
 import json
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--results", default=HERE, help="folder holding results-*-np*/ (default: this script's)")
+args = parser.parse_args()
 COLUMNS = ("native", "direct[steps]", "direct[rma]", "direct[rma_canary]")
 
 print("| library | ranks | workload | block | native | steps | rma (PSCW) | rma_canary | rma / steps "
       "| canary / steps |")
 print("|---|---|---|---|---|---|---|---|---|---|")
-for path in sorted(glob.glob(os.path.join(HERE, "results-*-np*", "*", "results.json"))):
+for path in sorted(glob.glob(os.path.join(args.results, "results-*-np*", "*", "results.json"))):
     library, ranks = os.path.basename(os.path.dirname(os.path.dirname(path)))[len("results-"):].rsplit("-np", 1)
     workload = os.path.basename(os.path.dirname(path))
     for row in json.load(open(path))["results"]:
