@@ -477,7 +477,7 @@ _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgrap
 
 
 def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, rebind: bool = False,
-         executor: str = "steps", profile=None, verify_choice: bool = False, **options):
+         executor: str = "steps", profile=None, verify_choice: bool = False, executor_options=None, **options):
     """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll.
 
     Collective over ``comm`` the first time a handle is wrapped (it duplicates the
@@ -492,7 +492,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     ``rebind=True`` binds the schedule anew on every blocking and nonblocking call
     instead of caching it (the non-persistent mode of the HiPC 2017 paper's
     evaluation); ``*_init`` requests always bind once. ``executor`` names the executor
-    that runs the schedules (:data:`sparsecoll.execute.EXECUTORS`).
+    that runs the schedules (:data:`sparsecoll.execute.EXECUTORS`); ``executor_options`` is a
+    dict of its options (the RMA executors: ``{"rtr_tree": k}``, the RTR tree of degree ``k``).
 
     ``"auto"`` (:mod:`sparsecoll.runtime.auto`) runs, per collective, form and block size,
     the candidate the cost model predicts fastest, the library's own call (``native``)
@@ -510,7 +511,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
                         f"Distgraphcomm), got {type(comm).__name__}")
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
-    plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice)
+    plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice,
+                     executor_options)
     if isinstance(comm, NeighborhoodMixin):
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
     runtime = existing_runtime(comm)

@@ -138,9 +138,12 @@ class CommRuntime:
                 f"comm.pattern({collective!r}) on every rank first")
         prepared = self._executors.get(plan.executor)
         executor = plan.executor if prepared is None else prepared.label
+        key = self._pattern_key(plan, family)
         result = {"algorithm": plan.algorithm, "executor": "library" if plan.native else executor,
                   **stats(pattern),
-                  "build_seconds": self.build_seconds.get(self._pattern_key(plan, family), 0.0)}
+                  "build_seconds": self.build_seconds.get(key, 0.0)}
+        if prepared is not None and not plan.native:  # the executor's own numbers (RMA: its RTR messages)
+            result.update(prepared.counts(key, pattern, plan.executor_options, self.private.Get_rank()))
         if explained is not None:
             result["auto"] = explained
         return result
@@ -180,8 +183,10 @@ class CommRuntime:
         if flags is None:
             flags = self._size_pass_flags[key] = self._agree_on_size_pass(pattern)
         vector_needs, regular_needs = flags
+        self.executor_factory(plan.executor)
+        factory = self._executors[plan.executor].factory_for(key, pattern, plan.executor_options, self.private)
         found = CallPlan(collective, key[0], pattern, regular_needs if collective in REGULAR else vector_needs,
-                         plan.rebind, self, self.executor_factory(plan.executor))
+                         plan.rebind, self, factory)
         self._call_plans[(plan.key, plan.rebind, collective)] = found
         return found
 

@@ -14,11 +14,12 @@ from ..topology.cartesian import GRID_OPTION
 
 @dataclass(frozen=True)
 class Plan:
-    """A wrapper's request: algorithm (``"auto"`` or registered), checked options, rebind, executor.
+    """A wrapper's request: algorithm (``"auto"`` or registered), checked options, rebind, executor
+    and its options.
 
     ``key`` identifies everything that shapes the messages, by value, so it is the same
     on every rank: the algorithm, every option but ``grid`` (which only shapes the
-    handle's Topology, kept by the runtime) and the executor. ``profile`` and
+    handle's Topology, kept by the runtime), the executor and its options. ``profile`` and
     ``verify_choice`` are ``auto``'s (:mod:`sparsecoll.runtime.auto`); they shape only what
     auto decides, and its decisions are agreed by every rank, so they are not in the key.
     """
@@ -29,12 +30,14 @@ class Plan:
     executor: str = execute.DEFAULT_EXECUTOR
     profile: Profile = BUILTIN
     verify_choice: bool = False
+    executor_options: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     key: tuple = field(init=False)
     native: bool = field(init=False)
 
     def __post_init__(self):
         shaping = tuple((name, repr(value)) for name, value in sorted(self.options.items()) if name != GRID_OPTION)
-        object.__setattr__(self, "key", (self.algorithm, shaping, self.executor))
+        executing = tuple(sorted(self.executor_options.items()))
+        object.__setattr__(self, "key", (self.algorithm, shaping, self.executor, executing))
         runs_library = self.algorithm != algorithms.AUTO and algorithms.get(self.algorithm).runs_library
         object.__setattr__(self, "native", runs_library)
 
@@ -49,21 +52,23 @@ class Plan:
 
 
 def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
-              executor: str = execute.DEFAULT_EXECUTOR, profile=None, verify_choice: bool = False) -> Plan:
+              executor: str = execute.DEFAULT_EXECUTOR, profile=None, verify_choice: bool = False,
+              executor_options=None) -> Plan:
     """Check a wrapper's arguments (raising before any message is sent) and make its Plan.
 
     ``profile``: ``auto``'s profile (a path or a Profile; default: see
     :func:`sparsecoll.model.profile.resolve`), read here so a bad file raises at ``wrap``.
     """
     algorithms.check_name(algorithm)
-    execute.get(executor)
+    checked_executor_options = execute.check_options(executor, executor_options)
     if not isinstance(rebind, bool):
         raise TypeError(f"rebind: expected a bool, got {type(rebind).__name__}")
     if not isinstance(verify_choice, bool):
         raise TypeError(f"verify_choice: expected a bool, got {type(verify_choice).__name__}")
     checked = algorithms.check_options(algorithm, with_loggp_file(options), size)
     chosen_profile = resolve_profile(profile) if algorithm == algorithms.AUTO else BUILTIN
-    return Plan(algorithm, MappingProxyType(dict(checked)), rebind, executor, chosen_profile, verify_choice)
+    return Plan(algorithm, MappingProxyType(dict(checked)), rebind, executor, chosen_profile, verify_choice,
+                MappingProxyType(checked_executor_options))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
