@@ -85,7 +85,8 @@ def test_flat_roles_are_one_message_per_peer():
     assert roles.parent == {5: 5, 1: 1}
     assert roles.children[2] == [(0, 2), (5, 1)]
     assert roles.blocks == {0: [(0, 2)], 5: [(5, 1)]}
-    assert rtr_tree.counts([roles]) == {"rtr_sent": 2, "rtr_received": 2, "rtr_tree_depth": 1}
+    assert rtr_tree.counts([roles]) == {"rtr_sent": 2, "rtr_received": 2, "rtr_received_as_sender": 2,
+                                        "rtr_tree_depth": 1}
 
 
 @pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), (2.0, TypeError), (True, TypeError)])

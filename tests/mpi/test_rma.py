@@ -128,8 +128,8 @@ def test_counts_of_a_run_are_deterministic(ring, executor):
         assert counts["flag_only_receives"] == 0
     stats = comm.plan_stats("alltoall")
     assert stats["executor"] == executor
-    assert {key: stats[key] for key in ("rtr_sent", "rtr_received", "rtr_tree_depth")} == {
-        key: counts[key] for key in ("rtr_sent", "rtr_received", "rtr_tree_depth")}
+    names = ("rtr_sent", "rtr_received", "rtr_received_as_sender", "rtr_tree_depth")
+    assert {key: stats[key] for key in names} == {key: counts[key] for key in names}
 
 
 def _complete_graph():
@@ -158,7 +158,7 @@ def test_rtr_tree_counts_and_results(executor, degree):
             reach += width
             depth += 1
         assert stats["rtr_tree_depth"] == depth and stats["rtr_tree"] == degree
-        assert stats["rtr_sent"] == others
+        assert stats["rtr_sent"] == others and stats["rtr_received_as_sender"] == min(degree, others)
         everyone = WORLD.allgather((stats["rtr_sent"], stats["rtr_received"]))
         assert sum(sent for sent, _ in everyone) == sum(received for _, received in everyone) == SIZE * others
         built = comm.runtime.requests_for(comm.runtime.bind_uncached(comm.plan, "alltoall", send, recv), executor)

@@ -146,9 +146,11 @@ def build(pattern, comm, degree: int) -> list:
 
 def counts(steps) -> dict:
     """Deterministic RTR numbers of one run over ``steps`` (:class:`StepRoles`): messages this
-    rank sends and receives and the depth of its deepest own tree."""
+    rank sends and receives (in all trees, and in its own as the sender: the fan-in the tree
+    reduces) and the depth of its deepest own tree."""
     return {"rtr_sent": sum(len(roles.parent) for roles in steps),
             "rtr_received": sum(len(children) for roles in steps for children in roles.children.values()),
+            "rtr_received_as_sender": sum(len(roles.blocks) for roles in steps),
             "rtr_tree_depth": max((roles.depth for roles in steps), default=0)}
 
 

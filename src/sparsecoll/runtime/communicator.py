@@ -338,6 +338,11 @@ class CommRuntime:
         sizes = self.run_size_pass(call, send) if call.size_pass else None
         return self.bind(call, send, recv, sizes)
 
+    def call_requests(self, plan: Plan, collective: str, schedule):
+        """The persistent requests and datatypes a call of ``plan``'s ``collective`` makes for
+        ``schedule`` (its executor with the plan's executor options; never started: ``.free()`` them)."""
+        return self.call_plan(plan, collective).executor(self.private, schedule, BLOCKING_CHANNEL)
+
     def requests_for(self, schedule, executor: str = execute.DEFAULT_EXECUTOR):
         """The persistent requests and datatypes a call of ``executor`` (a name of
         :data:`sparsecoll.execute.EXECUTORS`) makes for ``schedule`` (never started; ``.free()`` them)."""
