@@ -48,11 +48,12 @@ def get(name) -> type:
 def check_options(name: str, options) -> dict:
     """The executor ``name``'s ``options`` checked (errors name ``executor_options``); executors
     without a ``check_options`` take none."""
+    cls = get(name)
     if options is None:
         return {}
     if not isinstance(options, dict):
         raise TypeError(f"executor_options: expected a dict, got {type(options).__name__}")
-    checker = getattr(get(name), "check_options", None)
+    checker = getattr(cls, "check_options", None)
     if checker is None:
         if options:
             raise ValueError(f"executor_options: the {name!r} executor takes no options, got {sorted(options)}")
