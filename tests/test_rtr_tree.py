@@ -62,6 +62,8 @@ def test_every_block_reaches_the_sender_where_it_looks(sends, degree, sender):
     roles, children, blocks, depth = sender_tree(sender, sends, degree)
     receivers = sorted(p for p in sends if p != sender)
     assert sorted(roles) == receivers
+    order = [r for r in receivers if r > sender] + [r for r in receivers if r < sender]  # cyclic, after the sender
+    assert [receiver for child, _ in children for receiver, _ in blocks[child]][:1] == order[:1]
     assert list(blocks) == [c for c, _ in children]
     seen = []
     for child, subtree in children:
@@ -83,7 +85,7 @@ def test_flat_roles_are_one_message_per_peer():
             self.peer = peer
     roles = rtr_tree.flat_roles(2, [M(0), M(0), M(2), M(5)], [M(5), M(2), M(1)])
     assert roles.parent == {5: 5, 1: 1}
-    assert roles.children[2] == [(0, 2), (5, 1)]
+    assert roles.children[2] == [(5, 1), (0, 2)]  # in rank order after the sender
     assert roles.blocks == {0: [(0, 2)], 5: [(5, 1)]}
     assert rtr_tree.counts([roles]) == {"rtr_sent": 2, "rtr_received": 2, "rtr_received_as_sender": 2,
                                         "rtr_tree_depth": 1}

@@ -9,8 +9,12 @@ time drops from ``Omega(tau)`` to ``O(log tau)``; the degree of the tree is a pa
 paper: "most of today's networks require trees with an outdegree larger than two").
 
 The shape, per step of a Pattern and per sender ``s``: ``s``'s distinct receivers other than
-itself, in rank order, as the nodes ``1..n`` of a complete ``degree``-ary tree in heap order
-with ``s`` as node 0 (node ``i``'s parent is node ``(i - 1) // degree``). Only ``s`` knows
+itself, in rank order starting after ``s`` (cyclically: ``(r - s) mod P``), as the nodes
+``1..n`` of a complete ``degree``-ary tree in heap order with ``s`` as node 0 (node ``i``'s
+parent is node ``(i - 1) // degree``). The paper fixes no order; starting after the sender
+spreads the forwarding over the ranks (in plain rank order the lowest ranks were inner nodes of
+nearly every tree: at 16 ranks on a random graph of density 0.5 with degree 4, one rank
+received 40 RTR messages where the mean is 7.6; starting after the sender, at most 12). Only ``s`` knows
 its receivers, so it computes its tree and tells each receiver its parent and its children
 (with the number of messages ``s`` sends into each child's subtree) in one message per
 (sender, receiver) pair, a collective protocol run once per Pattern when its first call plan
@@ -74,7 +78,7 @@ def sender_tree(me: int, sends: dict, degree: int | None) -> tuple:
     [(child, messages in its subtree)])``; the children are ``[(child, messages in its subtree)]``
     and ``blocks`` as :attr:`StepRoles.blocks`.
     """
-    receivers = sorted(peer for peer in sends if peer != me)
+    receivers = sorted((peer for peer in sends if peer != me), key=lambda peer: (peer < me, peer))
     if not receivers:
         return {}, [], {}, 0
     if degree is None:
