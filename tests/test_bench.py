@@ -256,7 +256,7 @@ def test_matrix_partition_is_consistent():
 def test_variants_label_one_column_per_executor_and_native_auto_once():
     import sparsecoll
     from sparsecoll.tools.bench.runner import DEFAULT_EXECUTOR, variants
-    assert DEFAULT_EXECUTOR == "steps" and set(sparsecoll.executors()) == {"steps", "dag"}
+    assert DEFAULT_EXECUTOR == "steps" and set(sparsecoll.executors()) == {"steps", "dag", "rma", "rma_canary"}
     assert [v.label for v in variants(["native", "direct", "auto"])] == ["native", "direct", "auto"]
     columns = variants(["native", "direct+coloring", "auto"], ["steps", "dag"])
     assert [(v.label, v.algorithm, v.options, v.executor) for v in columns] == [

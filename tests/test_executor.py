@@ -106,3 +106,36 @@ def test_a_periodic_dimension_of_size_one_keeps_the_cartesian_matching():
         assert recv.tolist() == [2.0, 3.0, 0.0, 1.0]
     finally:
         cart.Free()
+
+
+def test_rma_runs_go_in_call_order_whatever_order_they_end_in():
+    """EpochOrder: a ticket begins once every earlier one has finished, in any finishing order."""
+    from sparsecoll.execute.rma import EpochOrder
+    order = EpochOrder()
+    first, second, third = order.take(), order.take(), order.take()
+    assert order.ready(first) and not order.ready(second)
+    order.finish(third)  # a reserved ticket given back early
+    assert not order.ready(second)
+    order.finish(first)
+    assert order.ready(second)
+    order.finish(second)
+    assert order.ready(order.take())  # the third already finished: the next one goes
+
+
+def test_rma_attached_ranges_join_within_a_page_only():
+    from sparsecoll.execute.rma import PAGE, _merged_ranges
+    base = 1 << 20  # page-aligned
+    ranges = [(base + 100, 50), (base + 10, 20), (base + 200, 0), (base + 3000, 8), (base + 2 * PAGE, 8),
+              (base + 3 * PAGE + 4, 4)]
+    assert _merged_ranges(ranges) == [(base + 10, 2998), (base + 2 * PAGE, 8), (base + 3 * PAGE + 4, 4)]
+
+
+def test_rma_dense_segments_are_plain_bytes_only():
+    from sparsecoll.execute.rma import dense_segments
+    strided = MPI.INT32_T.Create_vector(2, 1, 2).Commit()
+    try:
+        assert dense_segments(((1000, 2, MPI.DOUBLE), (1016, 3, MPI.DOUBLE))) == [(1000, 40)]
+        assert dense_segments(((1000, 1, strided),)) is None
+        assert dense_segments(((1000, 0, MPI.DOUBLE),)) == []
+    finally:
+        strided.Free()

@@ -153,10 +153,16 @@ class NeighborhoodMixin:
             check = runtime.exact_bytes_check(collective)
             library = {form: levels.checked_method(method, check) for form, method in library.items()}
         call = calls[collective] = runtime.auto_dispatch(self._sc_plan, collective, library, sendbuf, recvbuf)
-        for form in call.native_forms():
+        library_only = call.native_forms()
+        for form in library_only:
             name = METHOD_NAMES[collective][form]
             if hasattr(MPI.Topocomm, name):
                 self.__dict__[name] = library[form] if exact else getattr(super(), name)
+        for form in ("blocking", "nonblocking"):
+            if form not in library_only and call.library_below.get(form):
+                name = METHOD_NAMES[collective][form]
+                self.__dict__[name] = _library_shortcut(call.library_below, form, library[form],
+                                                        getattr(type(self), name).__get__(self))
         return call
 
     def _sc_check_library_calls(self) -> None:
@@ -463,6 +469,25 @@ class CartNeighborhoodComm(Distgraphcomm):
     def _offset(self, offset) -> tuple:
         (offset,) = check_offsets([offset], self.grid.ndim)
         return offset
+
+
+def _library_shortcut(limits: dict, form: str, library_method, method):
+    """``method`` (a wrapper's auto method) with calls whose receive array is smaller than
+    ``limits[form]`` bytes sent straight to ``library_method`` (:attr:`AutoDispatch.library_below`).
+
+    The receive array is ``recvbuf`` itself or the first entry of its buffer spec (a list or
+    tuple); the blocks a valid call receives lie in it, so their bytes are at most its size,
+    whatever the spec's count, displacement or datatype say: a smaller array means a smaller class.
+    """
+    ndarray, specs = numpy.ndarray, (list, tuple)
+
+    def shortcut(sendbuf, recvbuf):
+        array = recvbuf[0] if type(recvbuf) in specs and recvbuf else recvbuf
+        if type(array) is ndarray and array.nbytes < limits[form]:
+            return library_method(sendbuf, recvbuf)
+        return method(sendbuf, recvbuf)
+    shortcut.__name__, shortcut.__doc__ = method.__name__, method.__doc__
+    return shortcut
 
 
 def _listed(weights):

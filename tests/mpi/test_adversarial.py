@@ -135,10 +135,14 @@ def chord_graph():
 
 
 #: wrapped communicators whose schedules take 2 or more steps at 4 ranks (common_neighbor
-#: needs theta=1 to find friends on so few ranks, distance_halving one rank per socket)
+#: needs theta=1 to find friends on so few ranks, distance_halving one rank per socket), two
+#: of them also on the RMA executors (a forwarded item is put once its own arrival was seen)
 MULTI_STEP = {
     "cartesian": lambda: moore_neighborhood(algorithm="cartesian"),
+    "cartesian[rma]": lambda: moore_neighborhood(algorithm="cartesian", executor="rma"),
     "common_neighbor": lambda: sparsecoll.wrap(chord_graph(), "common_neighbor", theta=1),
+    "common_neighbor[rma_canary]": lambda: sparsecoll.wrap(chord_graph(), "common_neighbor", theta=1,
+                                                           executor="rma_canary"),
     "distance_halving": lambda: moore_neighborhood(algorithm="distance_halving", ranks_per_socket=1),
 }
 
@@ -381,7 +385,10 @@ def rank_order(n: int, rank: int = RANK) -> list:
 
 CALLS = 8
 CASE1_WRAPS = {"default": {}, "cartesian": {"algorithm": "cartesian"},
-               "common_neighbor": {"algorithm": "common_neighbor", "theta": 1}}
+               "common_neighbor": {"algorithm": "common_neighbor", "theta": 1},
+               # windows are not tied to buffers: ranks may pass new arrays while rank 0 keeps its own
+               "cartesian[rma]": {"algorithm": "cartesian", "executor": "rma"},
+               "direct[rma_canary]": {"algorithm": "direct", "executor": "rma_canary"}}
 
 
 def counts_around_rank0(collective: str, call: int, rank0_sources):
@@ -473,7 +480,7 @@ OUTSTANDING = 100
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("algorithm", ["cartesian", "common_neighbor"])
+@pytest.mark.parametrize("algorithm", ["cartesian", "common_neighbor", "cartesian[rma]", "common_neighbor[rma_canary]"])
 def test_more_than_64_outstanding_nonblocking_calls(algorithm):
     """Case 3: 100 outstanding Ineighbor_allgather/Ineighbor_alltoall calls of a multi-step
     schedule on one communicator, each with its own arrays and data, completed by Test
@@ -1049,8 +1056,11 @@ def wrappers(draw, names: list, size: int):
             options["ranks_per_socket"] = ranks_per_socket
     elif name == "loggp_tree" and draw(st.booleans()):
         options.update(L=0.0, t=0)  # hands off wherever X >= 2
-    if name != "native" and draw(st.booleans()):
-        options["executor"] = "dag"  # SC12 III-C: messages start as their dependencies complete
+    if name != "native":
+        # SC12 III-C: messages start as their dependencies complete; II-C: one-sided puts
+        executor = draw(st.sampled_from([None, None, "dag", "dag", "rma", "rma_canary"]))
+        if executor is not None:
+            options["executor"] = executor
     return (name, options)
 
 
@@ -1325,6 +1335,8 @@ def test_random_programs_match_the_mpi_library(capsys, request):
             problem = f"no program called {sorted(missing)}"
         if problem is None and not any(name.endswith("[dag]") for name in summary["used"]):
             problem = "no program ran the dag executor"
+        if problem is None and not any(name.endswith(("[rma]", "[rma_canary]")) for name in summary["used"]):
+            problem = "no program ran an rma executor"
         WORLD.bcast(problem, root=0)
         with capsys.disabled():
             print(f"\nadversarial: {summary['programs']} random programs ran at {SIZE} ranks; "

@@ -202,3 +202,46 @@ def test_auto_avoids_the_library_where_it_computes_wrongly():
         assert_same_on_every_rank(chosen["algorithm"])
     finally:
         cart.Free()
+
+
+def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
+    """A table that says native below 1 KiB blocks and direct above: calls whose receive array
+    (plain or in a buffer spec) is below the limit go to the library after one comparison
+    (nothing parsed or bound),
+    larger ones run direct; rank 0 passes the same arrays every time, the others fresh ones."""
+    from sparsecoll.model import choice
+
+    def native_then_direct(seconds, native_allowed=True):
+        limit = choice.size_class(1024)
+        return [[choice.NATIVE if c < limit else "direct" for c in range(choice.CLASSES)] for _ in range(3)]
+
+    monkeypatch.setattr(choice, "decide", native_then_direct)
+    with random_graph(4, 0.7) as raw:
+        indegree, outdegree, _ = raw.Get_dist_neighbors_count()
+        comm = sparsecoll.wrap(raw)
+        kept, first = {}, True
+        for nbytes in (8, 512, 4096, 8, 4096, 1023, 1024):
+            for form in ("blocking", "nonblocking"):
+                key = (nbytes, form)
+                if RANK != 0 or key not in kept:
+                    kept[key] = (numpy.arange(outdegree * nbytes, dtype="u1") + RANK).astype("u1"),
+                    kept[key] += (numpy.zeros(indegree * nbytes, dtype="u1"),)
+                send, got = kept[key]
+                got[:] = 0
+                bound, parsed = comm.schedules_bound, comm.runtime.cache_sizes()["parsed"]
+                # a plain array or a buffer spec (explicit counts without in-edges: ompi#14452, see exchange)
+                spec = got if nbytes % 2 and indegree else [got, nbytes, MPI.BYTE]
+                if form == "blocking":
+                    comm.Neighbor_alltoall([send, nbytes, MPI.BYTE], spec)
+                else:
+                    comm.Ineighbor_alltoall([send, nbytes, MPI.BYTE], spec).Wait()
+                expected = numpy.zeros_like(got)
+                raw.Neighbor_alltoall([send, nbytes, MPI.BYTE], [expected, nbytes, MPI.BYTE])
+                assert numpy.array_equal(got, expected), key
+                if indegree and nbytes < 1024 and not first:  # the first call parses: it decides
+                    assert comm.schedules_bound == bound and comm.runtime.cache_sizes()["parsed"] == parsed, key
+                elif nbytes >= 1024:
+                    assert comm.schedules_bound > bound or RANK == 0 and nbytes == 4096, key
+                first = False
+        assert comm.plan_stats("alltoall", block_bytes=4096)["algorithm"] == "direct"
+        assert_same_on_every_rank(comm.plan_stats("alltoall", block_bytes=1024)["algorithm"])

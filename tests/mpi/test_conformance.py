@@ -25,6 +25,13 @@ COLLECTIVES = ("allgather", "allgatherv", "allgatherw", "alltoall", "alltoallv",
 #: (base count, element kind): counts 0, 1 and many; int32, float64 and a non-contiguous
 #: derived datatype (v/w variants add 0-2 per block, so their counts vary per edge)
 CASES = ((0, "strided"), (1, "i4"), (1, "f8"), (5, "strided"), (5, "i4"))
+#: The cases the RMA executors run (CI time): zero-size blocks, and 5-7 int32 per block (the w
+#: variants alternate contiguous and strided blocks: zero-copy and staged regions, tails that do
+#: and do not end on an 8-byte word).
+RMA_CASES = ((0, "strided"), (5, "i4"))
+#: Executors that run only :data:`RMA_CASES`, each on every other topology of the sorted list
+#: (every algorithm still runs on both, on about half of the topologies each).
+RMA_EXECUTORS = ("rma", "rma_canary")
 OPEN_MPI = "Open MPI" in MPI.Get_library_version()
 
 _STRIDED = cases.strided_int()
@@ -169,32 +176,35 @@ def _fits(options: dict, size: int) -> bool:
     return L <= size and S <= -(-size // L)
 
 
-def wrapped_algorithms(raw, topology) -> list:
-    """``(label, name, wrapped communicator, families)`` per registered algorithm and variant,
-    each algorithm that runs sparsecoll's schedules once on every executor."""
+def wrapped_algorithms(raw, topology, rma_executors=RMA_EXECUTORS) -> list:
+    """``(label, name, wrapped communicator, families, executor)`` per registered algorithm and variant,
+    each algorithm that runs sparsecoll's schedules once on every executor (None: the default;
+    of :data:`RMA_EXECUTORS` only ``rma_executors``)."""
     out = []
     for name, alg in REGISTRY.items():
         families = tuple(f for f in ("allgather", "alltoall") if alg.unsupported_reason(topology, f) is None)
         if not families:
             continue
-        executors = [None] if alg.runs_library else [None, *sorted(set(EXECUTORS) - {DEFAULT_EXECUTOR})]
+        others = sorted(set(EXECUTORS) - {DEFAULT_EXECUTOR} - (set(RMA_EXECUTORS) - set(rma_executors)))
+        executors = [None] if alg.runs_library else [None, *others]
         for options in ({}, *(v for v in VARIANTS.get(name, ()) if _fits(v, raw.Get_size()))):
             for executor in executors:
                 chosen = {**options, **({"executor": executor} if executor else {})}
                 label = name + (f"{chosen}" if chosen else "")
-                out.append((label, name, sparsecoll.wrap(raw, name, **chosen), families))
+                out.append((label, name, sparsecoll.wrap(raw, name, **chosen), families, executor))
     return out
 
 
-def check_topology(raw, only=None) -> list:
+def check_topology(raw, only=None, rma_executors=()) -> list:
     """Run every case on one topology communicator; return failure descriptions.
 
-    ``only``: the algorithm names to check (default: every registered one that fits).
+    ``only``: the algorithm names to check (default: every registered one that fits);
+    ``rma_executors``: the executors of :data:`RMA_EXECUTORS` to run besides the others.
     """
     failures = []
     topology = sparsecoll.wrap(raw, "direct").topology
     native_broken = _native_broken_for_graph(raw)
-    wrapped = [w for w in wrapped_algorithms(raw, topology) if not (native_broken and w[1] == "native")
+    wrapped = [w for w in wrapped_algorithms(raw, topology, rma_executors) if not (native_broken and w[1] == "native")
                and (only is None or w[1] in only)]
     for collective in COLLECTIVES:
         for base, kind in CASES:
@@ -212,8 +222,8 @@ def check_topology(raw, only=None) -> list:
                 getattr(raw, "Neighbor_" + collective)(*case.specs(native_recv))
                 if not _same(native_recv.array, expected[0]):
                     failures.append(f"{label}: the MPI library's blocking result differs from the standard")
-            for label_alg, name, comm, families in wrapped:
-                if case.family not in families:
+            for label_alg, name, comm, families, executor in wrapped:
+                if case.family not in families or (executor in RMA_EXECUTORS and (base, kind) not in RMA_CASES):
                     continue
                 for mode in ("blocking", "nonblocking", "persistent"):
                     if _known_native_bug(raw, name, mode):
@@ -235,8 +245,9 @@ def check_topology(raw, only=None) -> list:
 def test_conformance(topology_name):
     world = MPI.COMM_WORLD
     raw = cases.TOPOLOGIES[topology_name](world)
+    rma_executor = RMA_EXECUTORS[sorted(cases.TOPOLOGIES).index(topology_name) % len(RMA_EXECUTORS)]
     try:
-        failures = check_topology(raw)
+        failures = check_topology(raw, rma_executors=(rma_executor,))
     finally:
         raw.Free()
     everyone_ok = world.allreduce(not failures, op=MPI.LAND)

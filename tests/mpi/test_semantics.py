@@ -228,9 +228,10 @@ def test_overlapping_nonblocking_calls(ring):
         assert r.tobytes() == expected.tobytes()
 
 
-def test_persistent_restarts_pick_up_new_contents(ring):
+@pytest.mark.parametrize("executor", ["steps", "rma", "rma_canary"])
+def test_persistent_restarts_pick_up_new_contents(ring, executor):
     rank = WORLD.Get_rank()
-    wrapped = sparsecoll.wrap(ring, "direct")
+    wrapped = sparsecoll.wrap(ring, "direct", executor=executor)
     send = numpy.zeros(2, dtype="i4")
     recv = numpy.full(2, -1, dtype="i4")
     request = wrapped.Neighbor_alltoall_init(send, recv)

@@ -19,6 +19,10 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   (the largest over ranks). A form whose table says ``native`` for every class it can be
   called with goes straight to the library (the wrapper then calls the library's method
   itself, with no sparsecoll code on the path: see ``_sc_prepare`` in :mod:`sparsecoll.comm`).
+  A form whose table says ``native`` for every class below some size gets a shortcut: a
+  call whose numpy receive array (plain or in a buffer spec) is smaller than that goes to the library after one
+  comparison (:attr:`AutoDispatch.library_below`), since parsing the arguments to find the
+  class costs a microsecond, which several ranks per core turn into tens.
 * **Protocol candidates** (``common_neighbor``, ``distance_halving``) are predicted from an
   estimate until built. Where one is predicted to win, the call runs the best built
   candidate until the collective has been called :data:`REPEATS` times with that size
@@ -108,6 +112,9 @@ class AutoDispatch:
         self._trials: dict = {}  # size class -> [calls, choice seconds, native seconds]
         self._library_only: set = set()  # forms the wrapper sends straight to the library, for good
         self.by_weights = by_weights  # cdag_exact_byte_communications: local_class is the weights'
+        #: form -> receive-array bytes under which a call goes to the library (see :meth:`_library_limit`);
+        #: updated whenever the tables are decided again, so the wrapper's shortcut reads it per call.
+        self.library_below: dict = {}
         self._agree(local_class)
 
     # -- the decision ------------------------------------------------------------------
@@ -144,6 +151,22 @@ class AutoDispatch:
             name = names.pop() if len(names) == 1 else None
             if name is not None and (name == model.NATIVE or family.built(name)) and not self._plan.verify_choice:
                 self._uniform[form] = name
+            self.library_below[form] = self._library_limit(row)
+
+    def _library_limit(self, row) -> int:
+        """Receive-buffer bytes under which every call of a form with this table row is the library's.
+
+        A regular call's size class is that of its receive block, and its ``indegree`` receive
+        blocks lie in its receive array, so an array of fewer than ``indegree * 2**(c-1)`` bytes
+        has a class below ``c``: if every class below ``c`` is ``native``, such a call needs no
+        parse at all. 0 (no
+        shortcut) when the collective is pinned, not regular, checked online, or without in-edges.
+        """
+        indegree = self._comm_runtime.topology.indegree
+        if self.pinned is not None or self.collective not in REGULAR or self._plan.verify_choice or not indegree:
+            return 0
+        first = next((c for c, name in enumerate(row) if name != model.NATIVE), model.CLASSES)
+        return 0 if first == 0 else indegree * 2 ** (first - 1)
 
     def native_forms(self) -> tuple:
         """Forms whose every call goes to the library, decided now for good (the wrapper may then

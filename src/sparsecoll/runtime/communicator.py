@@ -79,6 +79,8 @@ class CommRuntime:
         self.schedules_bound = 0  # bind() calls for collective calls
         self._exact_checks: dict = {}  # collective -> ExactBytesCheck (cdag_exact_byte_communications)
         self._prepared: dict = {}  # plan key -> families prepared at wrap (cdag_strict_communication)
+        # executor name -> execute.Prepared (a window per RMA variant, opened at the first call plan)
+        self._executors: dict = {}
 
     # -- the topology -----------------------------------------------------------------------
     def set_topology(self, topology: Topology) -> None:
@@ -139,7 +141,9 @@ class CommRuntime:
                 f"plan_stats({collective!r}): the {plan.algorithm!r} pattern of the {family} family is built by a "
                 f"collective call; call Neighbor_{collective} (blocking, nonblocking or persistent) or "
                 f"comm.pattern({collective!r}) on every rank first")
-        result = {"algorithm": plan.algorithm, "executor": "library" if plan.native else plan.executor,
+        prepared = self._executors.get(plan.executor)
+        executor = plan.executor if prepared is None else prepared.label
+        result = {"algorithm": plan.algorithm, "executor": "library" if plan.native else executor,
                   **stats(pattern),
                   "build_seconds": self.build_seconds.get(self._pattern_key(plan, family), 0.0)}
         if explained is not None:
@@ -250,9 +254,20 @@ class CommRuntime:
         if plan.persistence.exact_bytes:  # its calls are checked against the weights first
             runs = levels.CheckedRuntime(self, self.exact_bytes_check(collective))
         found = CallPlan(collective, key[0], pattern, regular_needs if collective in REGULAR else vector_needs,
-                         plan.rebind, runs, execute.get(plan.executor))
+                         plan.rebind, runs, self.executor_factory(plan.executor))
         self._call_plans[(plan.key, plan.rebind, collective)] = found
         return found
+
+    def executor_factory(self, name: str):
+        """What runs schedules for the executor ``name`` here (:func:`sparsecoll.execute.prepare`).
+
+        Collective the first time for an executor that opens a window: it is called from
+        :meth:`call_plan`, whose first call for a plan every rank makes together.
+        """
+        prepared = self._executors.get(name)
+        if prepared is None:
+            prepared = self._executors[name] = execute.prepare(name, self.private)
+        return prepared.factory
 
     def _agree_on_size_pass(self, pattern) -> tuple:
         """Whether calls need the size pass, decided together (one allreduce per pattern).
@@ -394,7 +409,7 @@ class CommRuntime:
     def requests_for(self, schedule, executor: str = execute.DEFAULT_EXECUTOR):
         """The persistent requests and datatypes a call of ``executor`` (a name of
         :data:`sparsecoll.execute.EXECUTORS`) makes for ``schedule`` (never started; ``.free()`` them)."""
-        return execute.get(executor)(self.private, schedule, BLOCKING_CHANNEL)
+        return self.executor_factory(executor)(self.private, schedule, BLOCKING_CHANNEL)
 
     # -- calls ----------------------------------------------------------------------------------
     def blocking(self, call: CallPlan, sendbuf, recvbuf) -> None:
@@ -460,17 +475,26 @@ class CommRuntime:
     def _sized_request(self, call, send, recv, layout, channel, keep) -> ScheduleRequest:
         """A v/w call that needs the size pass: size pass, bind, data, all advanced by the engine."""
         def program():
-            sizes_executor, read = self._size_pass(call, send, channel)
+            # an executor whose runs are ordered by call (RMA epochs) reserves its turn now
+            reserve = getattr(call.executor, "reserve", None)
+            ticket = reserve() if reserve is not None else None
             try:
-                yield from sizes_executor.steps
-                sizes = read()
+                sizes_executor, read = self._size_pass(call, send, channel)
+                try:
+                    yield from sizes_executor.steps
+                    sizes = read()
+                finally:
+                    sizes_executor.free()
+                if call.rebind:
+                    schedule = self.bind(call, send, recv, sizes)
+                else:
+                    schedule = self._schedule(call, send, recv, _call_key(call, layout, sizes), sizes)
+                executor = call.executor(self.private, schedule, channel)
+                if ticket is not None and executor.use_ticket(ticket):
+                    ticket = None
             finally:
-                sizes_executor.free()
-            if call.rebind:
-                schedule = self.bind(call, send, recv, sizes)
-            else:
-                schedule = self._schedule(call, send, recv, _call_key(call, layout, sizes), sizes)
-            executor = call.executor(self.private, schedule, channel)
+                if ticket is not None:
+                    call.executor.release(ticket)
             try:
                 yield from executor.steps
             finally:
@@ -530,6 +554,9 @@ class CommRuntime:
     def free(self) -> None:
         """Release everything, the private communicator included."""
         self.release_caches()
+        for prepared in self._executors.values():
+            prepared.close()
+        self._executors.clear()
         self.patterns.clear()
         self._call_plans.clear()
         self._dispatches.clear()

@@ -16,12 +16,20 @@ from one stage to the next is sparsecoll's job, and it is done by one engine per
   user's own MPI calls still moves its collectives on; ``SPARSECOLL_PROGRESS_THREAD=0``
   turns it off. The thread stays out of the way of a rank that tests or waits itself (it
   only looks every interval, and never waits for the engine's lock), and sleeps until the
-  next request once nothing has been in flight for a while.
+  next request as soon as a look finds nothing in flight (a thread that kept looking
+  would wake every interval on a machine whose cores the ranks already fill, and slow
+  whatever the rank runs next, the library's own calls included).
 
 A stage is either a list of persistent requests (the step executor's) or a *dynamic*
 stage that starts its own messages as others complete (the DAG executor's
 :class:`~sparsecoll.execute.dag.DagRun`, with ``start``/``test``/``wait``, the ``handles`` in
 flight and ``completed(position)`` for a handle a wait over several requests completed).
+A dynamic stage whose progress is not all visible as MPI requests (the RMA executor's
+:class:`~sparsecoll.execute.rma.RmaRun`: the end of an exposure epoch, a canary word) says so
+with ``polled = True``; while one is in flight, waiting over several requests tests them all
+in turn instead of blocking in ``Waitany`` (which could wait on another request while this one
+waits for a step only a test of its own would take: two ranks completing two requests in
+different orders would then wait for each other).
 
 A request of a single list stage (the ``direct`` algorithm's usual schedule) is never
 handed to the engine: MPI progresses it alone, so that path costs nothing extra. A
@@ -89,10 +97,6 @@ def single_stage(stages):
 
 #: Seconds without progress driven by a sparsecoll call after which the progress thread steps in.
 PROGRESS_INTERVAL = float(os.environ.get("SPARSECOLL_PROGRESS_INTERVAL", "0.002"))
-#: Idle looks after which the progress thread sleeps until the next request.
-IDLE_LOOKS = 100
-
-
 class ProgressEngine:
     """The requests in flight with more than one stage, and the thread that advances them."""
 
@@ -146,6 +150,7 @@ class ProgressEngine:
             if request._current is None:
                 return
             handles, dynamic = [], []  # dynamic: (first position, count, stage) of each dynamic stage
+            polled = False
             for current in [request._current] + [other._current for other in others]:
                 if current is None:
                     continue
@@ -155,6 +160,10 @@ class ProgressEngine:
                     own = current.handles
                     dynamic.append((len(handles), len(own), current))
                     handles.extend(own)
+                    polled = polled or getattr(current, "polled", False)
+            if polled:  # a stage progresses on more than MPI requests: test everything again
+                os.sched_yield()
+                continue
             index = _Waitany(handles)
             for first, count, stage in dynamic:
                 if first <= index < first + count:
@@ -162,20 +171,18 @@ class ProgressEngine:
 
     # -- the thread ------------------------------------------------------------------
     def _loop(self) -> None:
-        idle = 0
+        idle = False
         while not self._stopping:
             with self._wake:
-                if idle >= IDLE_LOOKS:
+                if idle and not self.pending:  # looked again here: add() appends before it reads _asleep
                     self._asleep = True
                     while self._asleep and not self._stopping:
                         self._wake.wait()
-                    idle = 0
                 else:
                     self._wake.wait(PROGRESS_INTERVAL)
-            if not self.pending:
-                idle += 1
+            idle = not self.pending
+            if idle:
                 continue
-            idle = 0
             if time.monotonic() - self.driven < PROGRESS_INTERVAL:
                 continue  # a sparsecoll call is driving progress itself
             if self.lock.acquire(blocking=False):  # else a thread is waiting through the engine

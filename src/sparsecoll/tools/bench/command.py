@@ -44,9 +44,9 @@ def add_arguments(parser) -> None:
                         help="comma list (default: all that support the topology), each NAME[+OPTION[=VALUE]]... "
                              "(e.g. direct+coloring: its own column)")
     parser.add_argument("--executors", default="steps",
-                        help="comma list of executors (steps, dag): every algorithm that builds a pattern is "
-                             "measured once per executor in the same repetitions (columns name[executor] when "
-                             "not steps alone); native and auto once")
+                        help="comma list of executors (steps, dag, rma, rma_canary): every algorithm that builds "
+                             "a pattern is measured once per executor in the same repetitions (columns "
+                             "name[executor] when not steps alone); native and auto once")
     parser.add_argument("--mode", default=["persistent"], type=parse_modes, metavar="MODE[,MODE...]",
                         help="persistent (*_init once; default) | nonpersistent (blocking calls that bind the "
                              "schedule on every call, wrap(rebind=True)) | blocking (schedule cached per "

@@ -2,10 +2,12 @@
 
 Method of Träff and Hunold (ICPP 2019, Appendix A) and the HiPC 2017
 microbenchmark: warm-up calls; then repetitions in which every (algorithm, mode)
-variant is interleaved (their order rotates from one repetition to the next), each
-call after a barrier, its time the maximum over ranks. Per variant: median and
-quartiles of those times, and the median and quartiles of the per-repetition ratio to
-``native`` in the same mode.
+variant is interleaved (in a new random order every repetition, the same on every rank:
+a fixed rotation would give each variant the same predecessor every time, and what a
+multi-step variant leaves behind, such as a progress thread's wake-ups, would then
+always land on the same next variant), each call after a barrier, its time the maximum
+over ranks. Per variant: median and quartiles of those times, and the median and
+quartiles of the per-repetition ratio to ``native`` in the same mode.
 
 Modes (the HiPC 2017 evaluation's persistent and non-persistent flavours, plus plain
 blocking and nonblocking calls):
@@ -286,6 +288,24 @@ def plan_numbers(world, workload: Workload, comm, collective: str, size: int) ->
             "rank0_info": extra}
 
 
+def executor_counts(world, comm, collective: str, buffers: Buffers) -> dict:
+    """The executor's own deterministic counts of one run (RMA executors: epochs, RTR messages,
+    puts, bytes put, staged regions), each as its maximum and mean over ranks; ``{}`` where the
+    executor counts nothing of its own."""
+    schedule = comm.runtime.bind_uncached(comm.plan, collective, buffers.sendspec, buffers.recvspec)
+    executor = comm.runtime.requests_for(schedule, comm.plan.executor)
+    try:
+        counts = executor.counts() if hasattr(executor, "counts") else {}
+    finally:
+        executor.free()
+    rows = world.allgather(counts)
+    out = {}
+    for name in sorted(rows[0]):
+        column = numpy.array([row[name] for row in rows])
+        out[f"{name}_max"], out[f"{name}_mean"] = int(column.max()), float(column.mean())
+    return out
+
+
 def measure(world, workload: Workload, collective: str, size: int, algorithms: list, *, modes, reps: int,
             warmup: int, phase_reps: int = 5, phase1_cache: dict | None = None, on_progress=None) -> list:
     """Interleaved measurement of every (algorithm, mode) for one workload, collective and size.
@@ -384,22 +404,29 @@ def _set_up(world, workload: Workload, collective: str, size: int, variant: Vari
         key = (workload.spec, family_of(collective), variant.algorithm, tuple(sorted(variant.options.items())))
         if key not in phase1_cache:
             phase1_cache[key] = phase1_seconds(world, comm, collective, phase_reps)
-        phases = {**phase1_cache[key], **phase2_seconds(world, comm, collective,
-                                                         make_buffers(workload, collective, size), phase_reps),
+        buffers = make_buffers(workload, collective, size)
+        phases = {**phase1_cache[key], **phase2_seconds(world, comm, collective, buffers, phase_reps),
                   "phase_reps": phase_reps}
+        plan["executor_counts"] = executor_counts(world, comm, collective, buffers)
     return {"build_seconds": build_seconds, **phases, "plan": plan}
 
 
+#: Seed of the repetitions' call order (the same on every rank, so every rank makes the same calls).
+ORDER_SEED = 20171218
+
+
 def _interleaved(world, handle, calls: dict, reps: int) -> tuple:
-    """``(samples, binds)``: every call once per repetition, in an order rotated each time,
-    a barrier before each; this rank's seconds per call and the schedules each bound."""
+    """``(samples, binds)``: every call once per repetition, in a random order drawn anew each
+    repetition from :data:`ORDER_SEED` (the same on every rank), a barrier before each; this
+    rank's seconds per call and the schedules each bound."""
     variants = list(calls)
     samples = {variant: numpy.empty(reps) for variant in variants}
     binds = dict.fromkeys(variants, 0)
     timer = MPI.Wtime
+    order = numpy.random.default_rng(ORDER_SEED)
     for rep in range(reps):
-        shift = rep % len(variants)
-        for variant in variants[shift:] + variants[:shift]:
+        for position in order.permutation(len(variants)):
+            variant = variants[position]
             call = calls[variant]
             bound_before = handle.schedules_bound
             world.Barrier()

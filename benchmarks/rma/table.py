@@ -1,0 +1,23 @@
+"""The RMA study's table: median microseconds of direct[steps], direct[rma], direct[rma_canary] and native.
+
+Run: python benchmarks/rma/table.py   (reads results-*-np*/*/results.json next to this file)
+"""
+
+import glob
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COLUMNS = ("native", "direct[steps]", "direct[rma]", "direct[rma_canary]")
+
+print("| library | ranks | workload | block | native | steps | rma (PSCW) | rma_canary | rma / steps "
+      "| canary / steps |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for path in sorted(glob.glob(os.path.join(HERE, "results-*-np*", "*", "results.json"))):
+    library, ranks = os.path.basename(os.path.dirname(os.path.dirname(path)))[len("results-"):].rsplit("-np", 1)
+    workload = os.path.basename(os.path.dirname(path))
+    for row in json.load(open(path))["results"]:
+        us = {name: row["algorithms"][name]["median"] * 1e6 for name in COLUMNS}
+        cells = " | ".join(f"{us[name]:.1f}" for name in COLUMNS)
+        print(f"| {library} | {ranks} | {workload} | {row['size']} | {cells} | "
+              f"{us['direct[rma]'] / us['direct[steps]']:.2f} | {us['direct[rma_canary]'] / us['direct[steps]']:.2f} |")

@@ -1,0 +1,794 @@
+"""The RMA executor: a Schedule run as one-sided puts, with the collective RTR or the canary RTE.
+
+T. Hoefler, T. Schneider, "Optimization Principles for Collective Neighborhood
+Communications", SC12: section II-C ("Persistent Communication Buffers": II-C1 static RDMA
+regions, II-C2 the collective RTR protocol, II-C3 the canary RTE protocol) and section III-B
+(RDMA transports; III-B1: the canary only where the network commits a message's bytes in
+order), run over the dependency form of III-C step by step. Every RDMA transfer needs a
+*ready to receive* (RTR: the receiver's memory may be written) and a *ready to exit* (RTE:
+the data is there). Two executors are registered:
+
+* ``rma`` (RTR and RTE by generalized active target): per step of the Schedule, a rank opens
+  an exposure epoch for the ranks that put into it (``Win.Post``), tells each of them so (the
+  RTR message), and each origin runs its access epoch once every target of the step is ready
+  (``Win.Start``, the puts, ``Win.Complete``); the target sees the RTE as the end of its
+  exposure epoch (``Win.Test``/``Win.Wait``).
+* ``rma_canary`` (II-C3): one passive target epoch (``Win.Lock_all``) for the window's whole
+  life; when a run begins (its turn, see below) the receiver writes a canary word ``C`` (:data:`CANARY`) into the
+  last 8 bytes of each receive region and clears a flag word per message, and sends every RTR
+  of the run at once (its regions are all ready: bind writes nothing twice). The origin puts
+  all but the last 8 bytes, ``Win.Flush(target)``, then writes the last 8 bytes with
+  ``Accumulate(MPI_REPLACE)``, and also sets the message's flag word when those bytes equal
+  ``C``. The receiver sees the RTE when the canary word changed or the flag is set, reading both
+  with ``Fetch_and_op(MPI_NO_OP)``. What this relies on: ``MPI_Win_flush`` completes the data put
+  *at the target* before the tail write is issued (MPI-4.1 chapter 12, "Flush and Sync"), and
+  accumulates to one location with one basic datatype are atomic with respect to each other
+  ("Atomicity"),
+  so the receiver never sees a torn tail and never sees the tail before the data; MPI does
+  *not* promise that a put's last byte lands last, so the canary is never part of the data put
+  (the paper could use it on Gemini only up to its 64-byte packets, III-B1, for the same
+  reason). A message shorter than 8 bytes, or whose region does not end on an 8-byte
+  boundary (atomics want aligned words), always uses the flag word.
+
+Decisions, with their reasons:
+
+* **One dynamic window per communicator and variant** (``Win.Create_dynamic``), created when the
+  first call plan of the executor is made (:meth:`sparsecoll.runtime.communicator.CommRuntime.call_plan`,
+  the first call of a collective with this executor, reached by every rank together: the
+  point where the runtime already agrees collectively on the size pass), freed with the
+  communicator. Window creation is collective, and the runtime creates executors of blocking
+  and nonblocking calls from *local* caches (one rank may reuse an executor while another
+  binds anew), so no executor may create a window. Each run attaches its memory
+  (``Win.Attach``, local) and detaches it at the end, so two executors over one receive
+  buffer (two idle nonblocking executors, two persistent requests) never attach the same
+  memory at the same time. Windows over each call's buffers, made and freed inside each call,
+  would block ``Ineighbor_*`` in ``Win_create`` until every rank entered the call (a legal
+  program deadlocks there, see below), so they are not used; nor is a ``static_buffers`` promise
+  (the ``cdag_static_buffers`` info key) needed: no window is tied to a buffer, so ranks may pass
+  new arrays on every call (the adversarial suite does), and the key can only save work.
+* **Addresses travel in band** (II-C1's "keys exchanged along all communication edges"): the RTR
+  message of a (step, origin) pair carries the target address of each of its messages (and,
+  for the canary, of each flag word). Nothing is exchanged when an executor is created (which
+  is not collective, see above); a bound Schedule holds absolute addresses, so an executor
+  fills its RTR payloads once.
+* **Data**: a message is bytes on both ends (both type signatures are ``MPI_BYTE``, so they match).
+  The target region is the receive block itself where the message's pieces (adjacent ones
+  joined) are one piece of a predefined datatype whose extent is its size (zero copy);
+  otherwise a staging slot of the executor, unpacked into the pieces once its arrival is seen.
+  The origin puts straight from its pieces where each is of such a datatype (a hindexed
+  ``MPI_BYTE`` type over absolute addresses), else it packs the message into a staging slot
+  first. Staging copies are messages to self on ``MPI_COMM_SELF`` with ``MPI_PACKED`` on the
+  slot's side (``MPI_PACKED`` matches any type signature); this relies on the native packed
+  format being the plain bytes in type-map order on a homogeneous system, so packed bytes on
+  one rank unpack into the same values on another (MPICH and Open MPI without external32).
+* **Steps**: step ``s+1`` starts once step ``s`` has completed on this rank (its puts done and
+  its arrivals seen), so a forwarded item is put from transit space only after its own RTE.
+  Zero-byte messages put nothing and are not waited for; their ranks still exchange the
+  step's RTR (both ends list the same peers).
+* **Never blocking on another rank in** ``start()`` **or** ``test()``: ``Win.Start`` may block
+  until every target posted (the standard allows it), so targets post with ``MPI_MODE_NOCHECK`` and send the
+  RTR message after ``Win.Post`` returned; an origin calls ``Win.Start(MPI_MODE_NOCHECK)`` only
+  once every RTR of the step arrived (``Testall``), so no epoch call waits for another rank's
+  program to reach the collective; ``start()`` only posts, arms and sends RTRs.
+  A run has no MPI request to wait on while it waits for an RTE, so it is *polled*
+  (:attr:`RmaRun.polled`): the progress engine then tests every request in flight in turn
+  instead of blocking in ``Waitany`` (two requests completed in different orders on two ranks
+  could otherwise wait for each other).
+* **Concurrent runs** (several nonblocking calls or persistent requests in flight on one
+  communicator) share the window, and run one after the other in the order their calls were
+  made, the same on every rank (:class:`EpochOrder`); a later run waits, without blocking,
+  until the earlier ones ended. PSCW needs it (one exposure and one access epoch per window at
+  a time, matched in order); both variants need it for attached memory (Open MPI's osc/rdma
+  attaches a limited number of regions per window, MCA parameter ``osc_rdma_max_attach``, so
+  100 outstanding calls each attaching their own failed with ``MPI_ERR_RMA_ATTACH``). A run
+  attaches its regions when its turn comes (a region starting in the page where the previous
+  one ends is attached with it) and detaches them when it ends.
+* The RTR tree of II-C2 (combining RTR messages per sender) is not implemented: each RTR is one
+  point-to-point message per (step, peer), the "traditional" protocol of the paper's Fig. 5(a).
+* **Fallback**: where ``Win.Create_dynamic`` (or ``Lock_all``) raises on some rank, every rank
+  learns it from one allreduce and runs the step executor; ``plan_stats`` reports
+  ``"steps (rma fallback: <reason>)"``.
+
+Library faults met (see README's section on library faults): Open MPI 5.0.11 prints
+``osc_ucx_component.c:375 Error: OSC UCX component priority set inside component query failed``
+at every window creation where UCX has no RMA transport (open-mpi/ompi#12517, #14086: a
+harmless message, osc/rdma is then selected with btl/sm as its "alternate btl" and works);
+osc/sm offers no dynamic windows (it is not selected for them). MPICH 5.0 runs dynamic windows
+over active messages and rejects a second exposure epoch on a window with "Wrong
+synchronization of RMA calls", as the standard says it may, hence :class:`EpochOrder`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy
+from mpi4py import MPI
+
+from ..bind import Schedule
+from .p2p import Executor as StepExecutor
+from .p2p import copy_requests, free_executor, joined, message_bytes, message_datatype
+
+#: The canary word of ``rma_canary`` (II-C3): the last 8 bytes of every receive region hold it
+#: until the data arrives.
+CANARY = 0x5CA9A7A5C0FFEE5C
+#: Bytes of the canary word (and of the flag words).
+WORD = 8
+
+_Startall = MPI.Prequest.Startall
+_Testall = MPI.Request.Testall
+_Waitall = MPI.Request.Waitall
+
+
+def dense_segment(piece):
+    """``(address, bytes)`` if ``piece`` is plain bytes in memory (a predefined datatype whose
+    extent is its size), else None."""
+    address, count, datatype = piece
+    size = datatype.Get_size()
+    if not datatype.is_predefined or datatype.Get_extent() != (0, size):
+        return None
+    return address, count * size
+
+
+def dense_segments(pieces):
+    """The byte segments of a message's pieces (adjacent ones joined), or None if one is not dense."""
+    segments = []
+    for piece in joined(pieces):
+        segment = dense_segment(piece)
+        if segment is None:
+            return None
+        if segment[1]:
+            segments.append(segment)
+    return segments
+
+
+def bytes_datatype(segments, limit: int):
+    """A committed hindexed ``MPI_BYTE`` type over the first ``limit`` bytes of ``segments``."""
+    lengths, addresses = [], []
+    for address, nbytes in segments:
+        take = min(nbytes, limit)
+        if take <= 0:
+            break
+        lengths.append(take)
+        addresses.append(address)
+        limit -= take
+    return MPI.BYTE.Create_hindexed(lengths, addresses).Commit()
+
+
+def _local_copy(destination, source, tag: int) -> list:
+    """A copy as a pair of persistent messages to self on ``MPI_COMM_SELF`` (receive first)."""
+    self_comm = MPI.COMM_SELF
+    return [self_comm.Recv_init(destination, 0, tag), self_comm.Send_init(source, 0, tag)]
+
+
+def _run_copies(requests) -> None:
+    if requests:
+        _Startall(requests)
+        _Waitall(requests)
+
+
+class _Staging:
+    """One executor's staging slots: each ends on an 8-byte boundary (its tail is an aligned word)."""
+
+    def __init__(self):
+        self.layout = []  # (offset, bytes) per slot
+        self.total = 0
+        self.array = None
+
+    def slot(self, nbytes: int) -> int:
+        """Reserve a slot of ``nbytes``; returns its number."""
+        offset = self.total + (-(self.total + nbytes)) % WORD
+        self.layout.append((offset, nbytes))
+        self.total = offset + nbytes
+        return len(self.layout) - 1
+
+    def allocate(self) -> None:
+        """Make the memory (after every slot was reserved)."""
+        self.array = numpy.zeros(max(self.total, 1) + WORD, dtype=numpy.uint8)
+        base = self.array.ctypes.data
+        shift = (-base) % WORD
+        self.base = base + shift
+
+    def address(self, number: int) -> int:
+        """The absolute address of a slot."""
+        return self.base + self.layout[number][0]
+
+
+class _Receive:
+    """A message this rank receives: its target region, the unpack copy, the canary words."""
+
+    __slots__ = ("peer", "region", "nbytes", "pieces", "slot", "unpack", "tail", "flag")
+
+    def __init__(self, peer, pieces, staging: _Staging):
+        self.peer = peer
+        self.pieces = pieces
+        self.nbytes = message_bytes(pieces)
+        segments = dense_segments(pieces)
+        self.slot = None
+        if segments is not None and len(segments) <= 1:
+            self.region = segments[0][0] if segments else 0
+        else:
+            self.slot = staging.slot(self.nbytes)
+            self.region = None
+        self.unpack = []
+        self.tail = None  # address of the canary word, where the region allows one
+        self.flag = None  # index of the flag word
+
+
+class _Send:
+    """A message this rank puts: its origin bytes (its pieces or a packed slot)."""
+
+    __slots__ = ("peer", "position", "nbytes", "pieces", "segments", "slot", "pack", "body", "whole")
+
+    def __init__(self, peer, position, pieces, staging: _Staging):
+        self.peer = peer
+        self.position = position  # among this step's messages to the peer
+        self.pieces = pieces
+        self.nbytes = message_bytes(pieces)
+        self.segments = dense_segments(pieces)
+        self.slot = None if self.segments is not None else staging.slot(self.nbytes)
+        self.pack = []
+        self.body = None   # datatype of all but the tail word (canary)
+        self.whole = None  # datatype of every byte
+
+
+class _Step:
+    """One step: its messages, the RTR messages and the groups of its epochs."""
+
+    def __init__(self, comm, tag, sends, recvs, staging, canary, flags_base):
+        me = comm.Get_rank()
+        self.recvs = [_Receive(m.peer, m.pieces, staging) for m in recvs]
+        count = {}
+        self.sends = []
+        for m in sends:
+            position = count.get(m.peer, 0)
+            count[m.peer] = position + 1
+            self.sends.append(_Send(m.peer, position, m.pieces, staging))
+        self.in_peers = sorted({r.peer for r in self.recvs})
+        self.out_peers = sorted({s.peer for s in self.sends})
+        self.flags_base = flags_base
+        self.canary = canary
+        self.me = me
+        self.comm = comm
+        self.tag = tag
+        self.to_peer = {p: count[p] for p in self.out_peers}
+
+    def finish(self, staging: _Staging, datatypes: list, flag_address) -> None:
+        """Resolve staging addresses, make the datatypes, copies and RTR requests (after allocation)."""
+        comm, tag, canary = self.comm, self.tag, self.canary
+        for k, r in enumerate(self.recvs):
+            if r.slot is not None:
+                r.region = staging.address(r.slot)
+                if r.nbytes:
+                    datatype = message_datatype(r.pieces)
+                    datatypes.append(datatype)
+                    r.unpack = _local_copy([MPI.BOTTOM, 1, datatype],
+                                           [MPI.buffer.fromaddress(r.region, r.nbytes), r.nbytes, MPI.PACKED], tag)
+            if canary:
+                r.flag = self.flags_base + k
+                end = r.region + r.nbytes
+                if r.nbytes >= WORD and end % WORD == 0:
+                    r.tail = end - WORD
+        for s in self.sends:
+            if s.slot is not None:
+                address = staging.address(s.slot)
+                if s.nbytes:
+                    datatype = message_datatype(s.pieces)
+                    datatypes.append(datatype)
+                    s.pack = _local_copy([MPI.buffer.fromaddress(address, s.nbytes), s.nbytes, MPI.PACKED],
+                                         [MPI.BOTTOM, 1, datatype], tag)
+                s.segments = [(address, s.nbytes)] if s.nbytes else []
+            if s.nbytes:
+                s.whole = bytes_datatype(s.segments, s.nbytes)
+                datatypes.append(s.whole)
+                if canary and s.nbytes > WORD:
+                    s.body = bytes_datatype(s.segments, s.nbytes - WORD)
+                    datatypes.append(s.body)
+        # RTR payloads: per in-peer, the target address of each of its messages (and flag words)
+        width = 2 if canary else 1
+        self.rtr_payloads = []
+        self.rtr_sends = []
+        for peer in self.in_peers:
+            mine = [r for r in self.recvs if r.peer == peer]
+            payload = numpy.zeros(max(width * len(mine), 1), dtype=numpy.int64)
+            for k, r in enumerate(mine):
+                payload[k] = r.region
+                if canary:
+                    payload[len(mine) + k] = flag_address(r.flag)
+            self.rtr_payloads.append(payload)
+            self.rtr_sends.append(comm.Send_init([payload, width * len(mine), MPI.INT64_T], peer, tag))
+        self.rtr_arrived = {}
+        self.rtr_recvs = []
+        for peer in self.out_peers:
+            n = self.to_peer[peer]
+            arrived = numpy.zeros(max(width * n, 1), dtype=numpy.int64)
+            self.rtr_arrived[peer] = arrived
+            self.rtr_recvs.append(comm.Recv_init([arrived, width * n, MPI.INT64_T], peer, tag))
+        group = comm.Get_group()
+        self.in_group = group.Incl(self.in_peers) if self.in_peers else None
+        self.out_group = group.Incl(self.out_peers) if self.out_peers else None
+        group.Free()
+        self.waiting = [r for r in self.recvs if r.nbytes]  # messages whose RTE is awaited
+
+    def target_address(self, s: _Send) -> int:
+        """Where ``s`` goes (from the RTR that arrived)."""
+        return int(self.rtr_arrived[s.peer][s.position])
+
+    def flag_address(self, s: _Send) -> int:
+        """The flag word of ``s`` at its target."""
+        return int(self.rtr_arrived[s.peer][self.to_peer[s.peer] + s.position])
+
+    def free(self) -> None:
+        """Release requests and groups."""
+        for request in self.rtr_sends + self.rtr_recvs:
+            request.Free()
+        for r in self.recvs:
+            for request in r.unpack:
+                request.Free()
+        for s in self.sends:
+            for request in s.pack:
+                request.Free()
+        for group in (self.in_group, self.out_group):
+            if group is not None:
+                group.Free()
+        self.rtr_sends = self.rtr_recvs = []
+
+
+#: Ranges closer than the end of this page size are attached as one (the gap lies in a page the
+#: previous range already touches, so it is mapped memory).
+PAGE = 4096
+
+
+def _merged_ranges(ranges) -> list:
+    """``(address, bytes)`` ranges to attach: overlapping ones merged, and a range that starts in
+    the page where the previous one ends joined to it (fewer attached regions: Open MPI limits
+    them); empty ones dropped."""
+    out = []
+    for address, nbytes in sorted(r for r in ranges if r[1] > 0):
+        if out and address <= out[-1][0] + out[-1][1] + (-(out[-1][0] + out[-1][1])) % PAGE:
+            last = out[-1]
+            last[1] = max(last[1], address + nbytes - last[0])
+        else:
+            out.append([address, nbytes])
+    return [tuple(r) for r in out]
+
+
+_ONE = numpy.ones(1, dtype=numpy.uint64)  # the flag word's value once set
+_NOTHING = numpy.zeros(1, dtype=numpy.uint64)  # the origin of a read (MPI_NO_OP ignores it)
+
+
+class RmaRun:
+    """One run of an RMA executor's steps: ``start``, ``test``, ``wait``, ``handles``, ``completed``.
+
+    A step moves through: (target) post or arm, RTR sent; (origin) every RTR of the step
+    arrived, then the puts; (target) every RTE seen, staged regions unpacked. The next step
+    starts once all three are done.
+    """
+
+    #: The progress engine must poll this stage (its RTEs are not MPI requests).
+    polled = True
+
+    def __init__(self, window, steps, ranges, canary: bool, flags, results, order=None):
+        self.window = window
+        self.order = order  # the EpochOrder of the window
+        self.ticket = None
+        self.reserved = None  # a ticket taken when the call was made, before this run could start
+        self.entered = False
+        self.steps_ = steps
+        self.ranges = ranges  # memory attached during a run
+        self.canary = canary
+        self.flags = flags
+        self.results = results
+        self.step = 0
+        self.put_done = False
+        self.attached = []
+        self.flagged = 0  # flag words this rank set in the current run (canary: colliding or short tails)
+
+    # -- the stage interface ------------------------------------------------------------
+    @property
+    def handles(self) -> list:
+        """The MPI requests in flight (the RTR messages of the current step)."""
+        if self.step >= len(self.steps_):
+            return []
+        step = self.steps_[self.step]
+        return step.rtr_recvs + step.rtr_sends
+
+    def completed(self, position: int) -> None:
+        """A handle completed in a wait outside the run: the next test sees it complete (persistent
+        requests stay complete), nothing to do now."""
+
+    def start(self) -> None:
+        """Take the run's turn and, if it is its turn, attach and enter the first step (posts,
+        canaries and RTR sends only: never blocks)."""
+        self.step = 0
+        self.flagged = 0
+        self.ticket = self.order.take() if self.reserved is None else self.reserved
+        self.reserved = None
+        self.entered = False
+        self._try_enter()
+
+    def _try_enter(self) -> bool:
+        """Once every earlier run on the window has ended: attach the memory, enter the first step."""
+        if self.order.ready(self.ticket):
+            window = self.window
+            for address, nbytes in self.ranges:
+                memory = MPI.buffer.fromaddress(address, nbytes)
+                try:
+                    window.Attach(memory)
+                except MPI.Exception as error:
+                    self._detach()
+                    raise RuntimeError(
+                        f"rma: the MPI library refused to attach {len(self.ranges)} memory regions to the "
+                        f"window ({error}); Open MPI limits them (MCA parameter osc_rdma_max_attach)") from error
+                self.attached.append(memory)
+            if self.canary:
+                self._arm_all()
+            self._enter()
+            self.entered = True
+        return self.entered
+
+    def _arm_all(self) -> None:
+        """Canary: write ``C`` into every tail word and clear every flag, then send every RTR."""
+        self.flags[:] = 0
+        for step in self.steps_:
+            for r in step.recvs:
+                if r.tail is not None:
+                    ctypes.c_uint64.from_address(r.tail).value = CANARY
+        self.window.Sync()
+        for step in self.steps_:
+            if step.rtr_sends:
+                _Startall(step.rtr_sends)
+
+    def _enter(self) -> None:
+        """Start the current step (skipping empty ones at the end)."""
+        self.put_done = False
+        if self.step >= len(self.steps_):
+            return
+        step = self.steps_[self.step]
+        if step.rtr_recvs:
+            _Startall(step.rtr_recvs)
+        if not self.canary:
+            if step.in_group is not None:
+                self.window.Post(step.in_group, MPI.MODE_NOCHECK)
+            if step.rtr_sends:
+                _Startall(step.rtr_sends)
+
+    def _put(self, step: _Step) -> None:
+        """Every RTR of the step arrived: pack, put, end the access epoch (or flush and tail)."""
+        window = self.window
+        for s in step.sends:
+            _run_copies(s.pack)
+        if not self.canary:
+            if step.out_group is None:
+                return
+            window.Start(step.out_group, MPI.MODE_NOCHECK)
+            for s in step.sends:
+                if s.nbytes:
+                    window.Put([MPI.BOTTOM, 1, s.whole], s.peer, [step.target_address(s), s.nbytes, MPI.BYTE])
+            window.Complete()
+            return
+        tails = []
+        for s in step.sends:
+            if not s.nbytes:
+                continue
+            target = step.target_address(s)
+            end = target + s.nbytes
+            if s.nbytes >= WORD and end % WORD == 0:
+                if s.body is not None:
+                    window.Put([MPI.BOTTOM, 1, s.body], s.peer, [target, s.nbytes - WORD, MPI.BYTE])
+                tails.append(s)
+            else:
+                window.Put([MPI.BOTTOM, 1, s.whole], s.peer, [target, s.nbytes, MPI.BYTE])
+                tails.append(s)
+        for peer in step.out_peers:
+            window.Flush(peer)
+        for s in tails:
+            target = step.target_address(s)
+            end = target + s.nbytes
+            if s.nbytes >= WORD and end % WORD == 0:
+                word = numpy.zeros(1, dtype=numpy.uint64)
+                _copy_last_bytes(s.segments, word.ctypes.data)
+                window.Accumulate([word, 1, MPI.UINT64_T], s.peer, [end - WORD, 1, MPI.UINT64_T], MPI.REPLACE)
+                if int(word[0]) != CANARY:
+                    continue
+            self.flagged += 1
+            window.Accumulate([_ONE, 1, MPI.UINT64_T], s.peer, [step.flag_address(s), 1, MPI.UINT64_T],
+                              MPI.REPLACE)
+        if tails:
+            window.Flush_all()
+
+    def _arrived(self, step: _Step) -> bool:
+        """Whether every RTE of the step was seen (without blocking)."""
+        if not self.canary:
+            return step.in_group is None or self.window.Test()
+        if not step.waiting:
+            return True
+        window, results, me = self.window, self.results, step.me
+        for k, r in enumerate(step.waiting):
+            if r.tail is not None:
+                window.Fetch_and_op([_NOTHING, 1, MPI.UINT64_T], [results[2 * k:2 * k + 1], 1, MPI.UINT64_T],
+                                    me, r.tail, MPI.NO_OP)
+            window.Fetch_and_op([_NOTHING, 1, MPI.UINT64_T], [results[2 * k + 1:2 * k + 2], 1, MPI.UINT64_T],
+                                me, self._flag(r), MPI.NO_OP)
+        window.Flush_local(me)
+        still = []
+        for k, r in enumerate(step.waiting):
+            changed = r.tail is not None and int(results[2 * k]) != CANARY
+            if not (changed or results[2 * k + 1]):
+                still.append(r)
+        step.waiting = still
+        if still:
+            return False
+        window.Sync()  # the public copy, complete, becomes what local loads see
+        return True
+
+    def _flag(self, r: _Receive) -> int:
+        return self.flags.ctypes.data + WORD * r.flag
+
+    def _advance(self, block: bool) -> bool:
+        """Move through the steps; True once the run is complete."""
+        window = self.window
+        if not self.entered and not self._try_enter():
+            if block:
+                raise RuntimeError("internal: an earlier RMA run on this communicator never ended its epochs")
+            return False
+        while self.step < len(self.steps_):
+            step = self.steps_[self.step]
+            if not self.put_done:
+                if block:
+                    _Waitall(step.rtr_recvs)
+                elif not _Testall(step.rtr_recvs):
+                    return False
+                self._put(step)
+                self.put_done = True
+            if block:
+                if self.canary:
+                    while not self._arrived(step):
+                        os.sched_yield()  # ranks may outnumber cores: let the writer run
+                elif step.in_group is not None:
+                    window.Wait()
+                _Waitall(step.rtr_sends)
+            else:
+                if not self._arrived(step):
+                    return False
+                if not _Testall(step.rtr_sends):
+                    return False
+            if self.canary:
+                step.waiting = [r for r in step.recvs if r.nbytes]
+            for r in step.recvs:
+                _run_copies(r.unpack)
+            self.step += 1
+            self._enter()
+        self._detach()
+        if self.ticket is not None:
+            self.order.finish(self.ticket)
+            self.ticket = None
+        return True
+
+    def _detach(self) -> None:
+        for memory in self.attached:
+            self.window.Detach(memory)
+        self.attached = []
+
+    def test(self) -> bool:
+        """Progress without blocking; True once every message of the run has arrived and left."""
+        return self._advance(block=False)
+
+    def wait(self) -> None:
+        """Block until the run is complete."""
+        self._advance(block=True)
+
+
+def _copy_last_bytes(segments, destination: int) -> None:
+    """Copy the last :data:`WORD` bytes of a message's segments (they may span several) to ``destination``."""
+    need = WORD
+    for address, nbytes in reversed(segments):
+        take = min(need, nbytes)
+        need -= take
+        ctypes.memmove(destination + need, address + nbytes - take, take)
+        if need == 0:
+            return
+
+
+def open_window(comm: MPI.Comm, canary: bool):
+    """``(window, None)`` or ``(None, reason)``: the dynamic window of one variant, agreed by every rank.
+
+    Collective. Where creating it raised on some rank, every rank falls back (one allreduce);
+    a window made on the ranks where it worked is then left unused (freeing it is collective
+    over ranks that have none).
+    """
+    window, reason = None, None
+    try:
+        window = create_window(comm)
+        if canary:
+            window.Lock_all()
+    except MPI.Exception as error:
+        reason = f"{type(error).__name__}: {error}".replace("\n", " ")[:200]
+    failed = comm.allreduce(reason is not None, op=MPI.LOR)
+    if failed:
+        return None, reason or "another rank could not create its window"
+    return window, None
+
+
+def create_window(comm: MPI.Comm) -> MPI.Win:
+    """A dynamic window on ``comm`` (collective)."""
+    return MPI.Win.Create_dynamic(MPI.INFO_NULL, comm)
+
+
+def close_window(window: MPI.Win, canary: bool) -> None:
+    """Free a window of :func:`open_window` (collective)."""
+    if canary:
+        window.Unlock_all()
+    window.Free()
+
+
+class EpochOrder:
+    """The order in which the runs on one window go: the order of their calls.
+
+    A window has at most one exposure and one access epoch at a time, and epochs match in the
+    order they are opened, so concurrent PSCW runs (several nonblocking calls or persistent
+    requests in flight) must open theirs in one order on every rank; attached memory is limited
+    (Open MPI), so runs attach theirs in turn. MPI requires collective calls (and the ``Start``
+    of persistent collectives) in the same order on every rank, so each run takes a ticket when
+    its call is made and begins once every earlier ticket has finished: the same order on every
+    rank, so a run never waits for one that waits for it.
+    """
+
+    __slots__ = ("issued", "serving", "finished")
+
+    def __init__(self):
+        self.issued = 0
+        self.serving = 0
+        self.finished = set()
+
+    def take(self) -> int:
+        """The next ticket (when a call is made)."""
+        self.issued += 1
+        return self.issued - 1
+
+    def ready(self, ticket: int) -> bool:
+        """Whether every earlier ticket has finished."""
+        return ticket == self.serving
+
+    def finish(self, ticket: int) -> None:
+        """``ticket``'s run closed its last epoch (or never had one)."""
+        self.finished.add(ticket)
+        while self.serving in self.finished:
+            self.finished.remove(self.serving)
+            self.serving += 1
+
+
+class _Factory:
+    """Makes the executors of one window; ``reserve``/``release`` serve calls that make their
+    executor after the call (the size pass of v/w calls runs first)."""
+
+    __slots__ = ("cls", "window", "order")
+
+    def __init__(self, cls, window, order):
+        self.cls = cls
+        self.window = window
+        self.order = order
+
+    def __call__(self, comm, schedule, tag):
+        return self.cls(comm, schedule, tag, window=self.window, order=self.order)
+
+    def reserve(self) -> int:
+        """A ticket for a call whose executor comes later."""
+        return self.order.take()
+
+    def release(self, ticket) -> None:
+        """Give back a reserved ticket no run used."""
+        if ticket is not None:
+            self.order.finish(ticket)
+
+
+class Prepared:
+    """What a communicator runs for an executor name: a factory ``(comm, schedule, tag)``, the label
+    ``plan_stats`` shows, and what to release with the communicator."""
+
+    __slots__ = ("factory", "label", "_window", "_canary")
+
+    def __init__(self, factory, label: str, window=None, canary: bool = False):
+        self.factory = factory
+        self.label = label
+        self._window = window
+        self._canary = canary
+
+    def close(self) -> None:
+        """Free the window (collective; idempotent)."""
+        if self._window is not None:
+            close_window(self._window, self._canary)
+            self._window = None
+
+
+class Executor:
+    """An RMA run of one bound Schedule (``rma``: PSCW; the subclass :class:`CanaryExecutor`: canary).
+
+    ``steps`` is ``[run]`` (an :class:`RmaRun`), followed by the final local copies as a list
+    stage of messages to self, as in the step executor; no messages at all: ``[]``.
+    """
+
+    canary = False
+    name = "rma"
+
+    __slots__ = ("steps", "_datatypes", "_schedule", "_parts", "_keep")
+
+    def __init__(self, comm: MPI.Comm, schedule: Schedule, tag: int, *, window: MPI.Win, order=None):
+        canary = self.canary
+        self._schedule = schedule  # keeps its temporary space alive
+        self._datatypes = datatypes = []
+        staging = _Staging()
+        parts = []
+        flags_used = 0
+        for sends, recvs in schedule.steps:
+            if not sends and not recvs:
+                continue
+            parts.append(_Step(comm, tag, sends, recvs, staging, canary, flags_used))
+            flags_used += len(recvs)
+        staging.allocate()
+        flags = numpy.zeros(max(flags_used, 1), dtype=numpy.uint64)
+        for part in parts:
+            part.finish(staging, datatypes, lambda k: flags.ctypes.data + WORD * k)
+        self._parts = parts
+        ranges = [(r.region, r.nbytes) for part in parts for r in part.recvs if r.slot is None]
+        ranges.append((staging.array.ctypes.data, staging.array.nbytes))
+        if canary:
+            ranges.append((flags.ctypes.data, flags.nbytes))
+        widest = max((len(part.recvs) for part in parts), default=0)
+        results = numpy.zeros(max(2 * widest, 1), dtype=numpy.uint64)
+        self._keep = (staging, flags, results)
+        self.steps = [RmaRun(window, parts, _merged_ranges(ranges), canary, flags, results, order)] if parts else []
+        copies = copy_requests(comm, schedule, tag, datatypes)
+        if copies:
+            self.steps.append(copies)
+
+    @classmethod
+    def prepare(cls, comm: MPI.Comm) -> Prepared:
+        """Open this variant's window on ``comm`` (collective), or fall back to the step executor."""
+        window, reason = open_window(comm, cls.canary)
+        if window is None:
+            return Prepared(StepExecutor, f"steps ({cls.name} fallback: {reason})")
+
+        return Prepared(_Factory(cls, window, EpochOrder()), cls.name, window, cls.canary)
+
+    def use_ticket(self, ticket) -> bool:
+        """Run with a ticket reserved when the call was made (:meth:`_Factory.reserve`); False if
+        this executor has no run to use it (the caller then releases it)."""
+        if self.steps and type(self.steps[0]) is RmaRun:
+            self.steps[0].reserved = ticket
+            return True
+        return False
+
+    def counts(self) -> dict:
+        """Deterministic numbers of one run: epochs, RTR messages, puts and bytes put by this rank."""
+        parts = self._parts
+        puts = sum(1 for part in parts for s in part.sends if s.nbytes)
+        out = {"steps": len(parts),
+               "rtr_messages": sum(len(part.out_peers) for part in parts),
+               "puts": puts,
+               "bytes_put": sum(s.nbytes for part in parts for s in part.sends),
+               "staged_receives": sum(1 for part in parts for r in part.recvs if r.slot is not None and r.nbytes),
+               "staged_sends": sum(1 for part in parts for s in part.sends if s.slot is not None and s.nbytes)}
+        if self.canary:
+            out["flag_only_receives"] = sum(1 for part in parts for r in part.recvs if r.nbytes and r.tail is None)
+        else:
+            out["epochs"] = sum((part.in_group is not None) + (part.out_group is not None) for part in parts)
+        return out
+
+    def free(self) -> None:
+        """Release requests, groups and datatypes (no run may be in flight; idempotent)."""
+        for part in self._parts:
+            part.free()
+        self._parts = []
+        self.steps = [stage for stage in self.steps if type(stage) is list]
+        free_executor(self)
+        self._keep = None
+
+
+class CanaryExecutor(Executor):
+    """The ``rma_canary`` variant (II-C3): passive target, canary word and flag word per message."""
+
+    canary = True
+    name = "rma_canary"
+    __slots__ = ()

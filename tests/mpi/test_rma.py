@@ -1,0 +1,206 @@
+"""The RMA executors (SC12 II-C, III-B): canary collisions, zero-size and staged messages,
+restarts of persistent requests, nonblocking calls that never wait for a peer, the collective
+fallback, and the deterministic counts of a run.
+
+Runs on every rank (launched by ``tests/test_mpi.py``); conformance and the adversarial
+programs cover the executors on every algorithm besides.
+"""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+from mpi4py import MPI
+
+import sparsecoll
+from sparsecoll.execute import rma
+from sparsecoll.runtime.progress import run_stages
+
+WORLD = MPI.COMM_WORLD
+RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
+RMA_EXECUTORS = ("rma", "rma_canary")
+#: float64 whose bits are the canary word
+CANARY_DOUBLE = numpy.array([rma.CANARY], dtype=numpy.uint64).view(numpy.float64)[0]
+
+
+@pytest.fixture
+def ring():
+    """A periodic 1-D Cartesian communicator (2 neighbors per rank, one rank: itself twice)."""
+    comm = WORLD.Create_cart([SIZE], periods=[True])
+    yield comm
+    comm.Free()
+
+
+@pytest.fixture
+def moore():
+    """A periodic 2-D Moore neighborhood (8 offsets; multi-step on the cartesian algorithm)."""
+    dims = MPI.Compute_dims(SIZE, 2)
+    offsets = [(a, b) for a in (-1, 0, 1) for b in (-1, 0, 1) if (a, b) != (0, 0)]
+    comm = sparsecoll.cart_neighborhood_create(WORLD, dims, [True, True], offsets, algorithm="direct")
+    yield comm
+    comm.Free()
+
+
+def _blocks(comm, per_block: int, salt: int, canary_tail: bool):
+    """A send array of one float64 block per out-edge, rank- and salt-unique values; with
+    ``canary_tail`` the last element of every block has the canary's bits."""
+    outdegree = comm.topology.outdegree
+    send = numpy.array([RANK * 1000 + k + salt * 0.5 for k in range(outdegree * per_block)], dtype=numpy.float64)
+    if canary_tail and per_block:
+        send[per_block - 1::per_block] = CANARY_DOUBLE
+    return send
+
+
+def _library_alltoall(comm, send, per_block: int):
+    recv = numpy.full(comm.topology.indegree * per_block, -1.0)
+    plain = type(comm).__mro__[[c.__module__ for c in type(comm).__mro__].index("mpi4py.MPI")]
+    plain(comm).Neighbor_alltoall(send, recv)
+    return recv
+
+
+def _agree(failures):
+    everyone = WORLD.allgather(failures[:3])
+    assert not any(everyone), everyone
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "cartesian"])
+@pytest.mark.parametrize("per_block", [0, 1, 3])
+def test_canary_collision_and_zero_size_blocks(moore, algorithm, per_block):
+    """User data whose last 8 bytes equal the canary arrives (the flag word completes it) on
+    every form, one-step (direct) and multi-step (cartesian) schedules, 0, 1 and 3 doubles."""
+    comm = sparsecoll.wrap(moore, algorithm, executor="rma_canary")
+    failures = []
+    request = None
+    for salt, canary_tail in enumerate((True, False, True)):
+        send = _blocks(comm, per_block, salt, canary_tail)
+        expected = _library_alltoall(comm, send, per_block)
+        for form in ("blocking", "nonblocking", "persistent"):
+            recv = numpy.full(comm.topology.indegree * per_block, -1.0)
+            if form == "blocking":
+                comm.Neighbor_alltoall(send, recv)
+            elif form == "nonblocking":
+                comm.Ineighbor_alltoall(send, recv).Wait()
+            else:
+                request = comm.Neighbor_alltoall_init(send, recv)
+                request.Start()
+                while not request.Test():
+                    pass
+                request.Free()
+            if recv.tobytes() != expected.tobytes():
+                failures.append(f"{algorithm} {form} salt={salt} rank {RANK}: {recv} != {expected}")
+    _agree(failures)
+
+
+def test_the_flag_word_is_set_exactly_for_colliding_tails(ring):
+    """A run counts the flag words it set: every message on canary tails, none otherwise."""
+    comm = sparsecoll.wrap(ring, "direct", executor="rma_canary")
+    for canary_tail, expected in ((True, 2), (False, 0)):
+        send = _blocks(comm, 2, 0, canary_tail)
+        recv = numpy.full(4, -1.0)
+        executor = comm.runtime.requests_for(comm.runtime.bind_uncached(comm.plan, "alltoall", send, recv),
+                                             "rma_canary")
+        try:
+            run_stages(executor.steps)
+            assert executor.steps[0].flagged == expected
+            assert recv.tobytes() == _library_alltoall(comm, send, 2).tobytes()
+        finally:
+            executor.free()
+
+
+@pytest.mark.parametrize("executor", RMA_EXECUTORS)
+def test_counts_of_a_run_are_deterministic(ring, executor):
+    """One step, one RTR per distinct peer, one put per neighbor, every byte put once."""
+    comm = sparsecoll.wrap(ring, "direct", executor=executor)
+    send, recv = numpy.zeros(2 * 3), numpy.zeros(2 * 3)
+    built = comm.runtime.requests_for(comm.runtime.bind_uncached(comm.plan, "alltoall", send, recv), executor)
+    try:
+        counts = built.counts()
+    finally:
+        built.free()
+    peers = len({(RANK - 1) % SIZE, (RANK + 1) % SIZE})
+    assert counts["steps"] == 1 and counts["puts"] == 2 and counts["bytes_put"] == 2 * 3 * 8
+    assert counts["rtr_messages"] == peers
+    assert counts["staged_receives"] == counts["staged_sends"] == 0
+    if executor == "rma":
+        assert counts["epochs"] == 2
+    else:
+        assert counts["flag_only_receives"] == 0
+    assert comm.plan_stats("alltoall")["executor"] == executor
+
+
+@pytest.mark.parametrize("executor", RMA_EXECUTORS)
+def test_restarts_and_two_requests_over_one_receive_buffer(moore, executor):
+    """Persistent requests restarted with new contents; two of them over the same receive
+    array alive at once and run in turn (each run attaches its memory, so they never attach
+    the same memory together)."""
+    comm = sparsecoll.wrap(moore, "cartesian", executor=executor)
+    per_block = 2
+    send_a, send_b = _blocks(comm, per_block, 0, False), _blocks(comm, per_block, 1, False)
+    recv = numpy.full(comm.topology.indegree * per_block, -1.0)
+    first = comm.Neighbor_alltoall_init(send_a, recv)
+    second = comm.Neighbor_alltoall_init(send_b, recv)
+    failures = []
+    try:
+        for salt in range(6):
+            request, send = (first, send_a) if salt % 2 == 0 else (second, send_b)
+            send[:] = _blocks(comm, per_block, salt, salt == 3)
+            request.Start()
+            request.Wait()
+            if recv.tobytes() != _library_alltoall(comm, send, per_block).tobytes():
+                failures.append(f"restart {salt} rank {RANK}")
+    finally:
+        first.Free()
+        second.Free()
+    _agree(failures)
+
+
+@pytest.mark.parametrize("form", ["nonblocking", "persistent"])
+@pytest.mark.parametrize("executor", RMA_EXECUTORS)
+def test_start_and_test_never_wait_for_a_peer(ring, executor, form):
+    """Rank 0 starts the call, tests it once and only then sends to rank 1, which receives
+    before it makes the call: ``Ineighbor``/``Start`` and ``Test`` must not wait for rank 1."""
+    if SIZE < 2:
+        pytest.skip("needs 2 ranks")
+    comm = sparsecoll.wrap(ring, "direct", executor=executor)
+    send = _blocks(comm, 4, 7, False)
+    recv = numpy.full(comm.topology.indegree * 4, -1.0)
+    comm.Neighbor_alltoall(send, recv)  # the first call of a collective agrees on its plan
+    token = numpy.zeros(1 << 17)  # 1 MiB: the library's rendezvous, not an eager send
+    request = comm.Neighbor_alltoall_init(send, recv) if form == "persistent" else None
+    if RANK == 0:
+        request = comm.Ineighbor_alltoall(send, recv) if request is None else request
+        if form == "persistent":
+            request.Start()
+        request.Test()
+        WORLD.Send(token, dest=1, tag=77)
+        request.Wait()
+    else:
+        if RANK == 1:
+            WORLD.Recv(token, source=0, tag=77)
+        request = comm.Ineighbor_alltoall(send, recv) if request is None else request
+        if form == "persistent":
+            request.Start()
+        request.Wait()
+    if form == "persistent":
+        request.Free()
+    assert recv.tobytes() == _library_alltoall(comm, send, 4).tobytes()
+
+
+def test_a_window_failing_on_one_rank_falls_back_on_every_rank(ring, monkeypatch):
+    """Where the window cannot be made on some rank, every rank runs the step executor and
+    says so in plan_stats."""
+    if RANK == SIZE - 1:
+        made = rma.create_window
+
+        def refuse(comm):
+            made(comm)  # creation is collective: take part, then fail as a library would
+            raise MPI.Exception(MPI.ERR_WIN)
+        monkeypatch.setattr(rma, "create_window", refuse)
+    comm = sparsecoll.wrap(ring, "direct", executor="rma")
+    send = _blocks(comm, 2, 0, False)
+    recv = numpy.full(comm.topology.indegree * 2, -1.0)
+    comm.Neighbor_alltoall(send, recv)
+    assert recv.tobytes() == _library_alltoall(comm, send, 2).tobytes()
+    label = comm.plan_stats("alltoall")["executor"]
+    assert label.startswith("steps (rma fallback: "), label
+    assert WORLD.allgather(label.startswith("steps")) == [True] * SIZE
