@@ -1,6 +1,7 @@
 """The RMA study's table: median microseconds of direct[steps], direct[rma], direct[rma_canary] and native.
 
-Run: python benchmarks/rma/table.py   (reads results-*-np*/*/results.json next to this file, or PREFIX-LIB-npN/ under --results)
+Run: python benchmarks/rma/table.py [--results DIR]   (reads PREFIX-LIB-npN/*/results.json: results-*-np*
+next to this file by default)
 """
 
 import argparse
