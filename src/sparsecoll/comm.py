@@ -75,12 +75,13 @@ class NeighborhoodMixin:
         return self._sc_topology if self._sc_topology is not None else from_comm(self)
 
     def resolved_algorithm(self, collective: str, block_bytes: int = 8, form: str = "blocking") -> str:
-        """The algorithm a call of ``collective`` runs (local). ``auto``: for a call of ``form`` with
-        blocks of ``block_bytes`` bytes, once the first call of ``collective`` has decided (else RuntimeError)."""
+        """The algorithm a call of ``collective`` runs (local). ``auto``: the candidate a call of ``form``
+        with blocks of ``block_bytes`` bytes runs (an algorithm name, or ``"name[rma]"`` for its schedule
+        on the RMA executor), once the first call of ``collective`` has decided (else RuntimeError)."""
         family_of(collective)
         if not self._sc_plan.auto:
             return self._sc_plan.algorithm
-        return self.plan_stats(collective, block_bytes=block_bytes, form=form)["algorithm"]
+        return self.plan_stats(collective, block_bytes=block_bytes, form=form)["auto"]["algorithm"]
 
     def pattern(self, collective: str):
         """This rank's Pattern for ``collective``'s family (collective: call it on every rank).
@@ -546,9 +547,11 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
       in-edge: bytes received). Every call is checked against them before it sends anything
       (ValueError naming the key and the first edge that differs), and ``auto`` chooses by
       the weights' bytes, once for every call.
-    * ``cdag_static_buffers``: every call of a collective uses the same buffers. Recorded in
-      the plan (``plan.persistence.static_buffers``) for executors that register buffers once;
-      the point-to-point executors send the same messages either way.
+    * ``cdag_static_buffers``: every call of a collective uses the same buffers. ``auto`` then
+      also considers every candidate's schedule on the ``rma`` executor (``"direct[rma]"``, ...)
+      for persistent requests, from the profile's ``rma`` costs; otherwise recorded in the plan
+      (``plan.persistence.static_buffers``): the point-to-point executors send the same messages
+      either way.
     """
     wrapper_class = next((wrapper for mpi_class, wrapper in _WRAPPERS if isinstance(comm, mpi_class)), None)
     if wrapper_class is None:

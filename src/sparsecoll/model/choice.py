@@ -29,6 +29,12 @@ pairs with whom), which no rank sees locally, so there is no honest local estima
 graph without a heavy rank it is ``direct``, on a hot spot a tree). Name it explicitly
 (``algorithm="loggp_tree"``) to run it.
 
+Under ``cdag_static_buffers`` (SC12 section II-C: buffers fixed for the life of a persistent
+request, so RMA windows are registered once) every such candidate ``X`` also has a twin
+``X[rma]``, the same schedule on the RMA executor, charged for persistent requests only
+(:func:`rma_cost`, from the profile's ``rma`` costs); blocking and nonblocking calls register
+their buffers anew each call and never run it.
+
 The choice is made per form and per block-size class (:func:`size_class`) from the
 **maximum over ranks** of each candidate's time (a collective finishes with its slowest
 rank): the runtime reduces every rank's :func:`local_costs` with one ``MPI.MAX`` allreduce,
@@ -51,6 +57,9 @@ from . import paper2023
 from .profile import FORMS, Load
 
 NATIVE = "native"
+#: The suffix of a candidate that runs its algorithm's schedule on the RMA executor.
+RMA_SUFFIX = "[rma]"
+RMA_EXECUTOR = "rma"
 #: Block-size classes: class 0 is 0 bytes, class ``k`` holds sizes in ``[2**(k-1), 2**k)``.
 CLASSES = 32
 #: A candidate must be predicted at most this fraction of native's time to replace it.
@@ -194,9 +203,37 @@ def candidates(topology, family: str) -> list:
     return names
 
 
-def local_costs(topology, family: str, options: dict, load: Load, placement, patterns: dict) -> dict:
+def split_candidate(name: str) -> tuple:
+    """``(algorithm, executor or None)`` of a candidate name (``"direct[rma]"`` -> ``("direct", "rma")``)."""
+    if name.endswith(RMA_SUFFIX):
+        return name[: -len(RMA_SUFFIX)], RMA_EXECUTOR
+    return name, None
+
+
+def rma_cost(cost: Cost, rma: dict) -> Cost:
+    """``cost`` (a schedule on the step executor) run as a persistent request on the RMA executor:
+    every message a rank sends and receives costs ``per_message`` more (a put and its RTR message
+    through the library's RMA path; negative where that is cheaper) and every byte ``byte_factor``
+    times as much; other forms cannot run it (infinite). Never below zero at the smallest class."""
+    extra = 2 * cost.messages * rma["per_message"]
+    floor = -(cost.fixed[FORMS.index("persistent")] + min(cost.by_class))  # keeps every class's time >= 0
+    fixed = tuple(value + max(extra, floor) if form == "persistent" else math.inf
+                  for form, value in zip(FORMS, cost.fixed))
+    return Cost(fixed, cost.per_byte * rma["byte_factor"], cost.steps, cost.messages, cost.estimated, cost.by_class)
+
+
+def candidate_cost(name: str, pattern: Pattern, load: Load, placement) -> Cost:
+    """A candidate's Cost on its built Pattern (an ``[rma]`` twin on the RMA executor)."""
+    if split_candidate(name)[1] == RMA_EXECUTOR:
+        return rma_cost(pattern_cost(pattern, load, placement), load.rma)
+    return pattern_cost(pattern, load, placement, native=name == NATIVE)
+
+
+def local_costs(topology, family: str, options: dict, load: Load, placement, patterns: dict,
+                static_buffers: bool = False) -> dict:
     """``{candidate: Cost}`` for this rank; ``patterns`` holds the Patterns built so far (by name),
-    and gets those of locally built candidates added.
+    and gets those of locally built candidates added. ``static_buffers``: add the ``[rma]`` twin
+    of every candidate but ``native`` where ``load`` has RMA costs.
 
     A locally built candidate is charged on the Pattern its algorithm builds, before the
     transformations of :func:`sparsecoll.algorithms.build_pattern`: ``coloring`` (a protocol)
@@ -212,6 +249,9 @@ def local_costs(topology, family: str, options: dict, load: Load, placement, pat
             costs[name] = pattern_cost(pattern, load, placement, native=name == NATIVE)
         else:
             costs[name] = ESTIMATORS[name](topology, family, options, load, placement)
+    if static_buffers and load.rma is not None:
+        for name in [name for name in costs if name != NATIVE]:
+            costs[name + RMA_SUFFIX] = rma_cost(costs[name], load.rma)
     return costs
 
 

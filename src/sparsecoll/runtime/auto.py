@@ -80,7 +80,7 @@ class FamilyModel:
         self.fault = model.library_fault(runtime.topology, library_name())  # this rank's, agreed at first call
         self.patterns: dict = {}
         self.costs = model.local_costs(runtime.topology, family, dict(plan.options), self.load, self.placement,
-                                       self.patterns)
+                                       self.patterns, plan.persistence.static_buffers)
         self.seconds: dict = {}  # candidate -> max over ranks, array[form, class]
 
     def built(self, name: str) -> bool:
@@ -90,7 +90,7 @@ class FamilyModel:
         """Build a protocol candidate's Pattern (collective) and charge it on its messages (one allreduce)."""
         pattern = self.runtime.pattern(self.plan.resolved(name), collective)
         self.patterns[name] = pattern
-        self.costs[name] = model.pattern_cost(pattern, self.load, self.placement)
+        self.costs[name] = model.candidate_cost(name, pattern, self.load, self.placement)
         worst = numpy.empty((len(FORMS), model.CLASSES))
         self.runtime.private.Allreduce(self.costs[name].seconds(), worst, op=MPI.MAX)
         self.seconds[name] = worst

@@ -259,6 +259,10 @@ def enabled(persistence: Persistence, *, native: bool, auto: bool, strict_built=
             where = "" if auto_class is None else f" (size class {auto_class})"
             notes.append(f"{EXACT_BYTES}: auto chooses by the weights' bytes, one choice for every call{where}")
     if persistence.static_buffers:
-        notes.append(f"{STATIC_BUFFERS}: recorded for executors that keep buffer registrations "
-                     f"(the point-to-point executors send the same messages either way)")
+        if auto:
+            notes.append(f"{STATIC_BUFFERS}: auto also considers every candidate's schedule on the rma executor "
+                         f"for persistent requests (where the profile has rma costs)")
+        else:
+            notes.append(f"{STATIC_BUFFERS}: recorded for executors that keep buffer registrations "
+                         f"(the point-to-point executors send the same messages either way)")
     return notes

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from .. import algorithms, execute
+from ..model.choice import split_candidate
 from ..model.params import with_loggp_file
 from ..model.profile import BUILTIN, Profile
 from ..model.profile import resolve as resolve_profile
@@ -20,13 +21,14 @@ class Plan:
 
     ``key`` identifies everything that shapes the messages, by value, so it is the same
     on every rank: the algorithm, every option but ``grid`` (which only shapes the
-    handle's Topology, kept by the runtime), the executor and whether
+    handle's Topology, kept by the runtime), the executor, whether
     ``cdag_exact_byte_communications`` is set (it changes auto's choice and puts a check
-    on every call). ``profile`` and ``verify_choice`` are ``auto``'s
+    on every call) and, for ``auto``, whether ``cdag_static_buffers`` is (auto then also
+    considers the RMA executor). ``profile`` and ``verify_choice`` are ``auto``'s
     (:mod:`sparsecoll.runtime.auto`); they shape only what auto decides, and its decisions
-    are agreed by every rank, so they are not in the key. Neither are the other two keys:
-    ``cdag_strict_communication`` only moves set-up to ``wrap`` and ``cdag_static_buffers``
-    is only recorded; neither changes a message.
+    are agreed by every rank, so they are not in the key. Neither is
+    ``cdag_strict_communication``, which only moves set-up to ``wrap``, nor
+    ``cdag_static_buffers`` for a named algorithm, where it is only recorded.
     """
 
     algorithm: str
@@ -41,7 +43,8 @@ class Plan:
 
     def __post_init__(self):
         shaping = tuple((name, repr(value)) for name, value in sorted(self.options.items()) if name != GRID_OPTION)
-        object.__setattr__(self, "key", (self.algorithm, shaping, self.executor, self.persistence.exact_bytes))
+        object.__setattr__(self, "key", (self.algorithm, shaping, self.executor, self.persistence.exact_bytes,
+                                         self.persistence.static_buffers and self.auto))
         runs_library = self.algorithm != algorithms.AUTO and algorithms.get(self.algorithm).runs_library
         object.__setattr__(self, "native", runs_library)
 
@@ -59,9 +62,11 @@ class Plan:
             return self
         return replace(self, options=MappingProxyType({**self.options, BLOCK_BYTES_OPTION: int(largest_block)}))
 
-    def resolved(self, algorithm: str) -> Plan:
-        """The plan that runs ``algorithm`` with this plan's options (what ``auto`` hands a call to)."""
-        return replace(self, algorithm=algorithm)
+    def resolved(self, candidate: str) -> Plan:
+        """The plan that runs ``auto``'s ``candidate`` with this plan's options: an algorithm name, or
+        ``"name[rma]"`` for that algorithm on the RMA executor (:func:`sparsecoll.model.choice.split_candidate`)."""
+        algorithm, executor = split_candidate(candidate)
+        return replace(self, algorithm=algorithm, executor=executor or self.executor)
 
 
 def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
