@@ -7,9 +7,11 @@ Runs on every rank (launched by ``tests/test_mpi.py``).
 
 from __future__ import annotations
 
+import numpy
 import pytest
 from mpi4py import MPI
 
+import sparsecoll
 from sparsecoll.hierarchy import NodeLayout, SharedWindow
 
 WORLD = MPI.COMM_WORLD
@@ -90,3 +92,294 @@ def test_shared_window_grows_and_is_shared(per_node):
     finally:
         window.free()
         layout.free()
+
+
+# -- the collectives, bit for bit against the library's own call on COMM_WORLD ---------------------
+
+#: a non-contiguous derived datatype: two int32 with one int32 gap (extent 12 bytes, size 8)
+VECTOR = MPI.INT32_T.Create_vector(2, 1, 2).Commit()
+KINDS = ("int32", "float64", "vector")
+ROOTS = sorted({0, SIZE - 1, SIZE // 2})
+SENTINEL = -7
+
+
+def _left(invec, inoutvec, datatype):
+    """A non-commutative, associative operation: ``a op b = a`` (the lowest rank's value wins); on
+    the vector type only its elements, never the gaps."""
+    source, target = numpy.frombuffer(invec, dtype=numpy.int32), numpy.frombuffer(inoutvec, dtype=numpy.int32)
+    data = slice(None) if datatype.Get_size() == datatype.Get_extent()[1] else numpy.arange(target.size) % 3 != 1
+    target[data] = source[data]
+
+
+LEFT = MPI.Op.Create(_left, commute=False)
+
+
+@pytest.fixture(scope="module", params=RANKS_PER_NODE)
+def comm(request):
+    """WORLD's duplicate wrapped with emulated nodes of 1, 2 or 3 ranks."""
+    wrapped = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=request.param)
+    yield wrapped
+    wrapped.Free()
+
+
+def items(kind: str, elements: int) -> int:
+    """numpy items that ``elements`` elements of ``kind`` span."""
+    return 3 * elements if kind == "vector" else elements
+
+
+def array(kind: str, elements: int, seed: int) -> numpy.ndarray:
+    """Deterministic integer-valued data (exact under any summation order)."""
+    dtype = numpy.float64 if kind == "float64" else numpy.int32
+    return (numpy.arange(items(kind, elements)) * 7 + seed * 100 + 1).astype(dtype)
+
+
+def blank(kind: str, elements: int) -> numpy.ndarray:
+    return numpy.full(items(kind, elements), SENTINEL, dtype=numpy.float64 if kind == "float64" else numpy.int32)
+
+
+def datatype(kind: str):
+    return {"int32": MPI.INT32_T, "float64": MPI.DOUBLE, "vector": VECTOR}[kind]
+
+
+def same(mine: numpy.ndarray, library: numpy.ndarray) -> None:
+    assert mine.tobytes() == library.tobytes(), f"hierarchical {mine.tolist()} != library {library.tolist()}"
+
+
+def both(comm, method: str, make_args, check=("recv",)):
+    """Run ``method`` on the wrapper and on WORLD with fresh arguments from ``make_args()`` and compare
+    the named outputs."""
+    mine, theirs = make_args(), make_args()
+    before = comm.hierarchy_stats()
+    getattr(comm, method)(*mine["args"])
+    getattr(WORLD, method)(*theirs["args"])
+    for name in check:
+        same(mine[name], theirs[name])
+    after = comm.hierarchy_stats()
+    return after["calls"] - before["calls"] + (after["library_calls"] - before["library_calls"]) * 10
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind", KINDS)
+def test_allgather(comm, kind, in_place):
+    dt = datatype(kind)
+
+    def make():
+        recv = blank(kind, 2 * SIZE)
+        send = array(kind, 2, RANK)
+        if in_place:
+            recv[items(kind, 2) * RANK:items(kind, 2) * (RANK + 1)] = send
+            return {"recv": recv, "args": (MPI.IN_PLACE, [recv, 2, dt])}
+        return {"recv": recv, "args": ([send, 2, dt], [recv, 2, dt])}
+    assert both(comm, "Allgather", make) == 1
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind", KINDS)
+def test_allgatherv(comm, kind, in_place):
+    dt = datatype(kind)
+    counts = [r % 3 for r in range(SIZE)]  # zero counts included
+    displs = [sum(counts[:r]) + r for r in range(SIZE)]  # a gap of one element between blocks
+    total = displs[-1] + counts[-1] + 1
+
+    def make():
+        recv = blank(kind, total)
+        send = array(kind, counts[RANK], RANK)
+        if in_place:
+            start = items(kind, displs[RANK])
+            recv[start:start + send.size] = send
+            return {"recv": recv, "args": (MPI.IN_PLACE, [recv, (counts, displs), dt])}
+        return {"recv": recv, "args": ([send, counts[RANK], dt], [recv, (counts, displs), dt])}
+    assert both(comm, "Allgatherv", make) == 1
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind", KINDS)
+def test_alltoall(comm, kind, in_place):
+    dt = datatype(kind)
+
+    def make():
+        recv = blank(kind, 2 * SIZE)
+        send = array(kind, 2 * SIZE, RANK)
+        if in_place:
+            recv[:] = send
+            return {"recv": recv, "args": (MPI.IN_PLACE, [recv, 2, dt])}
+        return {"recv": recv, "args": ([send, 2, dt], [recv, 2, dt])}
+    assert both(comm, "Alltoall", make) == 1
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind", KINDS)
+def test_alltoallv(comm, kind, in_place):
+    dt = datatype(kind)
+    if in_place:  # MPI: the same counts both ways
+        send_counts = recv_counts = [(RANK + r) % 3 for r in range(SIZE)]
+    else:
+        send_counts = [(2 * RANK + r) % 3 for r in range(SIZE)]
+        recv_counts = [(2 * r + RANK) % 3 for r in range(SIZE)]
+    recv_displs = [sum(recv_counts[:r]) + r for r in range(SIZE)]
+
+    def make():
+        recv = blank(kind, recv_displs[-1] + recv_counts[-1] + 1)
+        if in_place:
+            recv[:] = array(kind, recv_displs[-1] + recv_counts[-1] + 1, RANK)
+            return {"recv": recv, "args": (MPI.IN_PLACE, [recv, (recv_counts, recv_displs), dt])}
+        send = array(kind, sum(send_counts), RANK)
+        return {"recv": recv, "args": ([send, send_counts, dt], [recv, (recv_counts, recv_displs), dt])}
+    assert both(comm, "Alltoallv", make) == 1
+
+
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_bcast(comm, kind, root):
+    dt = datatype(kind)
+
+    def make():
+        buf = array(kind, 3, 5) if RANK == root else blank(kind, 3)
+        return {"buf": buf, "args": ([buf, 3, dt], root)}
+    assert both(comm, "Bcast", make, check=("buf",)) == 1
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_gather(comm, kind, root, in_place):
+    dt = datatype(kind)
+
+    def make():
+        recv = blank(kind, 2 * SIZE)
+        send = array(kind, 2, RANK)
+        if in_place and RANK == root:
+            recv[items(kind, 2) * RANK:items(kind, 2) * (RANK + 1)] = send
+            return {"recv": recv, "args": (MPI.IN_PLACE, [recv, 2, dt], root)}
+        return {"recv": recv, "args": ([send, 2, dt], [recv, 2, dt] if RANK == root else None, root)}
+    assert both(comm, "Gather", make) == 1
+
+
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_gatherv(comm, kind, root):
+    dt = datatype(kind)
+    counts = [(r + 1) % 3 for r in range(SIZE)]
+    displs = [sum(counts[:r]) + 2 * r for r in range(SIZE)][::-1]  # blocks in reverse order, with gaps
+    total = max(d + c for d, c in zip(displs, counts)) + 1
+
+    def make():
+        recv = blank(kind, total)
+        send = array(kind, counts[RANK], RANK)
+        return {"recv": recv, "args": ([send, counts[RANK], dt],
+                                       [recv, (counts, displs), dt] if RANK == root else None, root)}
+    assert both(comm, "Gatherv", make) == 1
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_scatter(comm, kind, root, in_place):
+    dt = datatype(kind)
+
+    def make():
+        send = array(kind, 2 * SIZE, 9) if RANK == root else None
+        recv = blank(kind, 2)
+        if in_place and RANK == root:
+            return {"recv": send, "args": ([send, 2, dt], MPI.IN_PLACE, root)}
+        return {"recv": recv, "args": ([send, 2, dt] if RANK == root else None, [recv, 2, dt], root)}
+    assert both(comm, "Scatter", make) == 1
+
+
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_scatterv(comm, kind, root):
+    dt = datatype(kind)
+    counts = [(r + 2) % 3 for r in range(SIZE)]
+    displs = [sum(counts[:r]) + r for r in range(SIZE)][::-1]
+    total = max(d + c for d, c in zip(displs, counts)) + 1
+
+    def make():
+        send = array(kind, total, 4) if RANK == root else None
+        recv = blank(kind, counts[RANK])
+        return {"recv": recv, "args": ([send, (counts, displs), dt] if RANK == root else None,
+                                       [recv, counts[RANK], dt], root)}
+    assert both(comm, "Scatterv", make) == 1
+
+
+OPS = {"sum": MPI.SUM, "max": MPI.MAX, "left": LEFT}
+
+
+def _op_cases():
+    """(kind, op name, hierarchical calls + 10 x library calls): int32 and float64 with SUM and MAX,
+    the non-commutative user op on int32 (hierarchical) and on the vector type (the library's, as
+    its function expects the user's datatype). MPICH refuses predefined operations on the vector
+    type: :func:`test_predefined_op_on_derived_type` covers that case."""
+    return ([(k, o, 1) for k in ("int32", "float64") for o in ("sum", "max")]
+            + [("int32", "left", 1), ("vector", "left", 10)])
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("kind,op,calls", _op_cases())
+def test_reduce(comm, kind, op, calls, root, in_place):
+    dt = datatype(kind)
+
+    def make():
+        send = array(kind, 3, RANK)
+        recv = blank(kind, 3)
+        if in_place and RANK == root:
+            return {"recv": send, "args": (MPI.IN_PLACE, [send, 3, dt], OPS[op], root)}
+        return {"recv": recv, "args": ([send, 3, dt], [recv, 3, dt] if RANK == root else None, OPS[op], root)}
+    assert both(comm, "Reduce", make) == calls
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind,op,calls", _op_cases())
+def test_allreduce(comm, kind, op, calls, in_place):
+    dt = datatype(kind)
+
+    def make():
+        send = array(kind, 3, RANK)
+        if in_place:
+            return {"recv": send, "args": (MPI.IN_PLACE, [send, 3, dt], OPS[op])}
+        recv = blank(kind, 3)
+        return {"recv": recv, "args": ([send, 3, dt], [recv, 3, dt], OPS[op])}
+    assert both(comm, "Allreduce", make) == calls
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind,op,calls", _op_cases())
+def test_reduce_scatter_block(comm, kind, op, calls, in_place):
+    dt = datatype(kind)
+
+    def make():
+        send = array(kind, 2 * SIZE, RANK)
+        if in_place:
+            return {"recv": send, "args": (MPI.IN_PLACE, [send, 2, dt], OPS[op])}
+        recv = blank(kind, 2)
+        return {"recv": recv, "args": ([send, 2, dt], [recv, 2, dt], OPS[op])}
+    assert both(comm, "Reduce_scatter_block", make) == calls
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind,op,calls", _op_cases())
+def test_reduce_scatter(comm, kind, op, calls, in_place):
+    dt = datatype(kind)
+    counts = [r % 3 for r in range(SIZE)]
+
+    def make():
+        send = array(kind, sum(counts), RANK)
+        if in_place:
+            return {"recv": send, "args": (MPI.IN_PLACE, [send, sum(counts), dt], counts, OPS[op])}
+        recv = blank(kind, counts[RANK])
+        return {"recv": recv, "args": ([send, sum(counts), dt], [recv, counts[RANK], dt], counts, OPS[op])}
+    assert both(comm, "Reduce_scatter", make) == calls
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+def test_predefined_op_on_derived_type(comm, in_place):
+    """SUM on the vector type reduces its int32 elements (the library's result on those int32 alone);
+    the gaps of the receive buffer keep their bytes."""
+    send = array("vector", 3, RANK)
+    recv = send.copy() if in_place else blank("vector", 3)
+    comm.Allreduce(MPI.IN_PLACE if in_place else [send, 3, VECTOR], [recv, 3, VECTOR], MPI.SUM)
+    expected = numpy.empty(6, dtype=numpy.int32)
+    WORLD.Allreduce(numpy.ascontiguousarray(send.reshape(3, 3)[:, [0, 2]]).ravel(), expected, MPI.SUM)
+    assert recv.reshape(3, 3)[:, [0, 2]].ravel().tolist() == expected.tolist()
+    assert recv.reshape(3, 3)[:, 1].tolist() == (send if in_place else blank("vector", 3)).reshape(3, 3)[:, 1].tolist()
