@@ -383,3 +383,115 @@ def test_predefined_op_on_derived_type(comm, in_place):
     WORLD.Allreduce(numpy.ascontiguousarray(send.reshape(3, 3)[:, [0, 2]]).ravel(), expected, MPI.SUM)
     assert recv.reshape(3, 3)[:, [0, 2]].ravel().tolist() == expected.tolist()
     assert recv.reshape(3, 3)[:, 1].tolist() == (send if in_place else blank("vector", 3)).reshape(3, 3)[:, 1].tolist()
+
+
+def test_zero_counts_everywhere(comm):
+    """Calls that move nothing at all still agree with the library and leave buffers alone."""
+    for method, make in (
+        ("Allgather", lambda: {"recv": blank("int32", 1), "args": ([blank("int32", 0), 0, MPI.INT32_T],
+                                                                    [blank("int32", 1), 0, MPI.INT32_T])}),
+        ("Alltoallv", lambda: {"recv": blank("int32", 1), "args": ([blank("int32", 0), [0] * SIZE, MPI.INT32_T],
+                                                                    [blank("int32", 1), [0] * SIZE, MPI.INT32_T])}),
+        ("Allreduce", lambda: {"recv": blank("int32", 1), "args": ([blank("int32", 0), 0, MPI.INT32_T],
+                                                                    [blank("int32", 1), 0, MPI.INT32_T], MPI.SUM)}),
+        ("Bcast", lambda: {"recv": blank("int32", 1), "args": ([blank("int32", 1), 0, MPI.INT32_T], 0)}),
+    ):
+        assert both(comm, method, make) == 1
+
+
+def test_window_grows_for_larger_calls(comm):
+    before = comm.hierarchy_stats()["window_bytes"]
+    big = 1 << 14
+    send = numpy.full(big, RANK, dtype=numpy.int32)
+    recv = numpy.empty(big * SIZE, dtype=numpy.int32)
+    comm.Allgather(send, recv)
+    assert (recv.reshape(SIZE, big) == numpy.arange(SIZE)[:, None]).all()
+    stats = comm.hierarchy_stats()
+    assert stats["window_bytes"] >= 2 * big * 4 * SIZE > before
+    assert stats["nodes"] == len(stats["ranks_per_node"]) and sum(stats["ranks_per_node"]) == SIZE
+    assert stats["inter_node"] and stats["memory_model"] in ("unified", "separate")
+
+
+@pytest.mark.parametrize("per_node", (1, 2))
+def test_free_leaves_user_windows_intact(per_node):
+    node = WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    user = MPI.Win.Allocate_shared(64, 1, comm=node)
+    memory = numpy.frombuffer(user.tomemory(), dtype=numpy.uint8)
+    memory[:] = 200 + node.Get_rank()
+    duplicate = WORLD.Dup()
+    wrapped = sparsecoll.wrap(duplicate, ranks_per_node=per_node)
+    assert isinstance(wrapped, MPI.Intracomm) and wrapped == duplicate and sparsecoll.is_wrapped(wrapped)
+    data = numpy.full(4, RANK, dtype=numpy.int64)
+    wrapped.Allreduce(MPI.IN_PLACE, data)
+    assert data.tolist() == [SIZE * (SIZE - 1) // 2] * 4
+    hierarchy = wrapped._sc_hierarchy
+    wrapped.Free()
+    assert wrapped == MPI.COMM_NULL
+    assert hierarchy.data.window is None and hierarchy.layout.node_comm == MPI.COMM_NULL
+    assert hierarchy.layout.leader_comm == MPI.COMM_NULL
+    assert (memory == 200 + node.Get_rank()).all()
+    user.Free()
+    node.Free()
+
+
+def test_native_intracomm_runs_the_library():
+    wrapped = sparsecoll.wrap(WORLD.Dup(), "native")
+    data = numpy.full(2, RANK, dtype=numpy.int32)
+    wrapped.Allreduce(MPI.IN_PLACE, data)
+    assert data.tolist() == [SIZE * (SIZE - 1) // 2] * 2
+    with pytest.raises(RuntimeError, match="hierarchy_stats"):
+        wrapped.hierarchy_stats()
+    wrapped.Free()
+
+
+def test_topology_communicator_gets_global_collectives():
+    ring = WORLD.Create_cart([SIZE], periods=[True])
+    wrapped = sparsecoll.wrap(ring, "direct", ranks_per_node=2)
+    send = numpy.full(3, RANK, dtype=numpy.int32)
+    recv = numpy.empty(3 * SIZE, dtype=numpy.int32)
+    wrapped.Allgather(send, recv)
+    assert recv.tolist() == [r for r in range(SIZE) for _ in range(3)]
+    neighbors = numpy.empty(2, dtype=numpy.int32)
+    wrapped.Neighbor_allgather(send[:1], neighbors)
+    assert neighbors.tolist() == [(RANK - 1) % SIZE, (RANK + 1) % SIZE]
+    assert wrapped.hierarchy_stats()["ranks_per_node"][0] == min(2, SIZE)
+    duplicate = wrapped.Dup()
+    duplicate.Bcast(send, root=SIZE - 1)
+    assert send.tolist() == [SIZE - 1] * 3
+    assert duplicate.hierarchy_stats()["ranks_per_node"][0] == min(2, SIZE)
+    duplicate.Free()
+    wrapped.Free()
+
+
+def test_bad_arguments_raise_naming_them(comm):
+    data = numpy.zeros(SIZE, dtype=numpy.int32)
+    calls = comm.hierarchy_stats()["calls"]
+    with pytest.raises(ValueError, match="root"):
+        comm.Bcast(data, root=SIZE)
+    with pytest.raises(ValueError, match="root"):
+        comm.Gather(data[:1], data, root=-1)
+    with pytest.raises(ValueError, match="sendbuf"):
+        comm.Allgather(numpy.zeros(2, dtype=numpy.int32), data)  # 2 elements, blocks of 1
+    with pytest.raises(ValueError, match="sendbuf"):
+        comm.Alltoall(numpy.zeros(2 * SIZE, dtype=numpy.int32), data)
+    with pytest.raises(ValueError, match="recvcounts"):
+        comm.Reduce_scatter(MPI.IN_PLACE, data, None)
+    with pytest.raises(TypeError, match="op"):
+        comm.Allreduce(data, data.copy(), op="sum")
+    with pytest.raises(ValueError, match="ranks_per_node"):
+        sparsecoll.wrap(WORLD, ranks_per_node=0)
+    assert comm.hierarchy_stats()["calls"] == calls  # nothing ran
+
+
+def test_non_commutative_op_on_scattered_nodes_runs_the_library():
+    """Nodes that are not consecutive rank ranges cannot keep MPI's order across leaders."""
+    from sparsecoll.hierarchy import Hierarchy
+    comm = WORLD.Dup()
+    hierarchy = Hierarchy(comm, ranks_per_node=2)
+    hierarchy.layout.node_of = tuple(reversed(hierarchy.layout.node_of))  # as a round-robin placement would be
+    if SIZE > 2:
+        assert not hierarchy.layout.contiguous
+        assert hierarchy.reduction_plan(MPI.INT32_T, LEFT) is None
+        assert hierarchy.reduction_plan(MPI.INT32_T, MPI.SUM) is not None
+    hierarchy.free()
+    comm.Free()
