@@ -635,7 +635,7 @@ class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
 #: what ``algorithm`` may name for an intracommunicator ("auto" is the hierarchical algorithm)
 INTRACOMM_ALGORITHMS = ("auto", "hierarchical", "native")
 #: options of the node structure, accepted by wrap() for every communicator
-HIERARCHY_OPTIONS = ("ranks_per_node",)
+HIERARCHY_OPTIONS = ("ranks_per_node", "check_arguments")
 
 _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgraphcomm, Distgraphcomm))
 
@@ -647,10 +647,12 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
 
     An intracommunicator (not a topology one) gives an :class:`Intracomm` on the same handle
     (collective: it makes the node and leader communicators); ``algorithm`` is ``"auto"`` or
-    ``"hierarchical"`` (the same), or ``"native"`` (the library's own collectives); the one option
-    is ``ranks_per_node=k`` (nodes of ``k`` consecutive ranks, to emulate nodes on one machine;
-    default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``). Topology
-    communicators take ``ranks_per_node`` too, for their global collectives
+    ``"hierarchical"`` (the same), or ``"native"`` (the library's own collectives); the options
+    are ``ranks_per_node=k`` (nodes of ``k`` consecutive ranks, to emulate nodes on one machine;
+    default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``) and
+    ``check_arguments=True`` (one small allreduce per call so that disagreeing roots or counts
+    raise on every rank, see :mod:`sparsecoll.hierarchy.collectives`). Topology communicators
+    take both too, for their global collectives
     (:class:`GlobalCollectivesMixin`), whose node structure their first global collective makes.
 
     Collective over ``comm`` the first time a handle is wrapped (it duplicates the
@@ -707,6 +709,8 @@ def _check_hierarchy_options(options: dict) -> None:
     """Check the node structure's options where every rank passed them (no communication)."""
     if options.get("ranks_per_node") is not None:
         positive_integer(options["ranks_per_node"], "ranks_per_node")
+    if not isinstance(options.get("check_arguments", False), bool):
+        raise TypeError(f"check_arguments: expected True or False, got {options['check_arguments']!r}")
 
 
 def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarchy_options: dict) -> Intracomm:

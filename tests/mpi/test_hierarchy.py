@@ -495,3 +495,24 @@ def test_non_commutative_op_on_scattered_nodes_runs_the_library():
         assert hierarchy.reduction_plan(MPI.INT32_T, MPI.SUM) is not None
     hierarchy.free()
     comm.Free()
+
+
+def test_checked_arguments_raise_on_every_rank():
+    """check_arguments=True: one allreduce finds disagreeing roots and counts; every rank raises the
+    same error and the communicator stays usable."""
+    checked = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2, check_arguments=True)
+    data = numpy.full(2, RANK, dtype=numpy.int32)
+    if SIZE > 1:
+        with pytest.raises(ValueError, match="root"):
+            checked.Bcast(data, root=RANK % 2)
+        with pytest.raises(ValueError, match="buf"):
+            checked.Bcast(data[:1 + RANK % 2], root=0)
+        counts = [1] * SIZE
+        with pytest.raises(ValueError, match=r"recvbuf: the root's counts disagree with those of rank\(s\) \[1\]"):
+            send = numpy.zeros(2 if RANK == 1 else 1, dtype=numpy.int32)
+            checked.Gatherv(send, [numpy.zeros(SIZE, dtype=numpy.int32), counts] if RANK == 0 else None, root=0)
+    checked.Allreduce(MPI.IN_PLACE, data)
+    assert data.tolist() == [SIZE * (SIZE - 1) // 2] * 2
+    with pytest.raises(TypeError, match="check_arguments"):
+        sparsecoll.wrap(WORLD, check_arguments="yes")
+    checked.Free()
