@@ -635,7 +635,7 @@ class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
 #: what ``algorithm`` may name for an intracommunicator ("auto" is the hierarchical algorithm)
 INTRACOMM_ALGORITHMS = ("auto", "hierarchical", "native")
 #: options of the node structure, accepted by wrap() for every communicator
-HIERARCHY_OPTIONS = ("ranks_per_node", "check_arguments")
+HIERARCHY_OPTIONS = ("ranks_per_node", "check_arguments", "inter_node")
 
 _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgraphcomm, Distgraphcomm))
 
@@ -651,8 +651,10 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     are ``ranks_per_node=k`` (nodes of ``k`` consecutive ranks, to emulate nodes on one machine;
     default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``) and
     ``check_arguments=True`` (one small allreduce per call so that disagreeing roots or counts
-    raise on every rank, see :mod:`sparsecoll.hierarchy.collectives`). Topology communicators
-    take both too, for their global collectives
+    raise on every rank, see :mod:`sparsecoll.hierarchy.collectives`) and ``inter_node`` (a
+    callable that makes, from the leader communicator, the communicator whose collectives the
+    leaders call; default: the library's, see :class:`sparsecoll.hierarchy.Hierarchy`). Topology
+    communicators take them too, for their global collectives
     (:class:`GlobalCollectivesMixin`), whose node structure their first global collective makes.
 
     Collective over ``comm`` the first time a handle is wrapped (it duplicates the
@@ -711,6 +713,9 @@ def _check_hierarchy_options(options: dict) -> None:
         positive_integer(options["ranks_per_node"], "ranks_per_node")
     if not isinstance(options.get("check_arguments", False), bool):
         raise TypeError(f"check_arguments: expected True or False, got {options['check_arguments']!r}")
+    if options.get("inter_node") is not None and not callable(options["inter_node"]):
+        raise TypeError("inter_node: expected a callable taking the leader communicator, "
+                        f"got {options['inter_node']!r}")
 
 
 def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarchy_options: dict) -> Intracomm:

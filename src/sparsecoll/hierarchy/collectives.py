@@ -61,7 +61,7 @@ from .offsets import (
 )
 
 BYTE = MPI.BYTE
-#: what the leaders call between nodes (reported by :meth:`Hierarchy.stats`)
+#: what the leaders call between nodes by default (reported by :meth:`Hierarchy.stats`)
 INTER_NODE = "the MPI library's collective on the leader communicator"
 
 
@@ -77,14 +77,23 @@ class Hierarchy:
     :meth:`NodeLayout.create`); every rank must pass the same value.
     """
 
-    def __init__(self, comm: MPI.Intracomm, ranks_per_node=None, check_arguments: bool = False):
+    def __init__(self, comm: MPI.Intracomm, ranks_per_node=None, check_arguments: bool = False,
+                 inter_node=None):
         """Split ``comm`` into nodes and leaders (collective over ``comm``); shared memory comes on first use.
 
         ``check_arguments``: before every call, one small allreduce checks that the ranks agree on the
         root, on the bytes they move and on the counts the root of ``Gatherv`` / ``Scatterv`` gives
         for each rank; a disagreement raises the same ValueError, naming the argument, on every rank
         before anything else is sent (without it the checks are local only, see the module docstring).
+        ``inter_node``: a callable that takes the leader communicator (on the leaders only) and
+        returns the communicator whose ``Allgatherv``, ``Alltoallv``, ``Bcast``, ``Gatherv``,
+        ``Scatterv``, ``Reduce``, ``Allreduce`` and ``Reduce_scatter`` the leaders call (an
+        mpi4py ``Intracomm`` or subclass on the same group, e.g. one running other algorithms);
+        default: the leader communicator itself, i.e. the MPI library's collectives. Every rank
+        must pass the same callable; what it returns is not freed here.
         """
+        if inter_node is not None and not callable(inter_node):
+            raise TypeError(f"inter_node: expected a callable taking the leader communicator, got {inter_node!r}")
         if not isinstance(check_arguments, bool):
             raise TypeError(f"check_arguments: expected True or False, got {check_arguments!r}")
         self.check_arguments = check_arguments
@@ -97,6 +106,12 @@ class Hierarchy:
         self.node_size = len(self.members[self.layout.node])
         self.position = self.layout.node_rank
         self.leader = self.layout.leader_comm if self.layout.is_leader else None
+        self.inter_node = INTER_NODE
+        if inter_node is not None:
+            name = getattr(inter_node, "__qualname__", type(inter_node).__name__)
+            self.inter_node = f"{name} on the leader communicator"
+            if self.leader is not None:
+                self.leader = inter_node(self.leader)
         self.calls = 0
         self.library_calls = 0
         self._half = 0
@@ -110,7 +125,7 @@ class Hierarchy:
                 "window_bytes": self.data.region_bytes, "count_table_bytes": self.table.region_bytes,
                 "window_regrowths": self.data.regrowths,
                 "memory_model": {MPI.WIN_UNIFIED: "unified", MPI.WIN_SEPARATE: "separate"}.get(model),
-                "inter_node": INTER_NODE, "calls": self.calls, "library_calls": self.library_calls}
+                "inter_node": self.inter_node, "calls": self.calls, "library_calls": self.library_calls}
 
     def free(self) -> None:
         """Free the shared windows and the node and leader communicators (collective)."""
