@@ -48,7 +48,16 @@ from mpi4py import MPI
 
 from ..buffers import parse_simple, parse_vector
 from ..checks import is_integer
-from .copying import pack, pack_block, packed_size, reduction_element, unpack, unpack_block
+from .copying import (
+    pack,
+    pack_block,
+    pack_blocks,
+    packed_size,
+    reduction_element,
+    unpack,
+    unpack_block,
+    unpack_blocks,
+)
 from .node import NodeLayout, SharedWindow
 from .offsets import (
     aligned,
@@ -208,8 +217,7 @@ class Hierarchy:
         if self.leader is not None:
             self.leader.Allgatherv(MPI.IN_PLACE, [shared, (counts.tolist(), displs.tolist()), BYTE])
         self._barrier()
-        for r in range(self.size):
-            unpack_block(shared, int(offsets[r]), received, r)
+        unpack_blocks(shared, offsets, received)
 
     def gather(self, sendbuf, recvbuf, root) -> None:
         """``Gather`` (mpi4py's arguments)."""
@@ -228,8 +236,7 @@ class Hierarchy:
         pack_block(source, index, shared, int(offsets[self.rank]))
         self._gather_inter(shared, root, counts, displs)
         if received is not None:
-            for r in range(self.size):
-                unpack_block(shared, int(offsets[r]), received, r)
+            unpack_blocks(shared, offsets, received)
 
     def gatherv(self, sendbuf, recvbuf, root) -> None:
         """``Gatherv`` (mpi4py's arguments): ExchangeCntData, counts known at the root only."""
@@ -253,8 +260,7 @@ class Hierarchy:
         self._gather_inter(shared, root, node_totals, displs, int(table.sum()))
         if received is not None:
             offsets, _, _ = gather_placement(_block_sizes(received), self.members)
-            for r in range(self.size):
-                unpack_block(shared, int(offsets[r]), received, r)
+            unpack_blocks(shared, offsets, received)
 
     def _gather_inter(self, shared, root: int, counts, displs, own_total=None) -> None:
         """Barrier, the leaders' Gatherv to the root's node, barrier."""
@@ -287,8 +293,7 @@ class Hierarchy:
         self._begin()
         shared = self._shared(block * self.size)
         if sent is not None:
-            for r in range(self.size):
-                pack_block(sent, r, shared, int(offsets[r]))
+            pack_blocks(sent, shared, offsets)
         node = self.layout.node
         self._scatter_inter(shared, root, counts, displs, int(displs[node]), int(counts[node]))
         if target is not None:
@@ -314,8 +319,7 @@ class Hierarchy:
         shared = self._shared(int(node_totals.sum()) if node_totals is not None else int(table.sum()))
         if sent is not None:
             offsets, _, _ = gather_placement(_block_sizes(sent), self.members)
-            for r in range(self.size):
-                pack_block(sent, r, shared, int(offsets[r]))
+            pack_blocks(sent, shared, offsets)
         displs = None if node_totals is None else exclusive_sum(node_totals)
         own = int(table.sum())
         self._scatter_inter(shared, root, node_totals, displs, 0, own)
@@ -395,16 +399,14 @@ class Hierarchy:
         recv_total = int(recv_counts.sum())
         shared = self._shared(send_total + recv_total)
         q = self.position
-        for r in range(self.size):
-            pack_block(sent, r, shared, int(send_offsets[q, r]))
+        pack_blocks(sent, shared, send_offsets[q])
         self._barrier()
         if self.leader is not None:
             self.leader.Alltoallv([shared[:send_total], (send_counts.tolist(), send_displs.tolist()), BYTE],
                                   [shared[send_total:send_total + recv_total],
                                    (recv_counts.tolist(), recv_displs.tolist()), BYTE])
         self._barrier()
-        for r in range(self.size):
-            unpack_block(shared, send_total + int(recv_offsets[q, r]), received, r)
+        unpack_blocks(shared, recv_offsets[q], received, send_total)
 
     # -- broadcast ------------------------------------------------------------------------------
     def bcast(self, buf, root) -> None:
@@ -606,6 +608,9 @@ def _parse(spec, blocks: int, vector: bool, readonly: bool, arg: str):
 
 def _block_sizes(blocks) -> numpy.ndarray:
     """Packed bytes of every block of a :class:`sparsecoll.buffers.Blocks`."""
+    first = blocks.types[0] if blocks.types else None
+    if all(t is first for t in blocks.types):
+        return numpy.asarray(blocks.counts, dtype=numpy.int64) * (first.Get_size() if first is not None else 0)
     return numpy.fromiter((packed_size(c, t) for c, t in zip(blocks.counts, blocks.types)),
                           dtype=numpy.int64, count=len(blocks.counts))
 
