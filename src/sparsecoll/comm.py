@@ -62,6 +62,9 @@ class GlobalCollectivesMixin:
         RuntimeError before the node structure was made (by :func:`wrap` for an intracommunicator,
         by the first global collective on a topology communicator)."""
         hierarchy = self.__dict__.get("_sc_hierarchy")
+        if hierarchy is None and self._sc_global_native:
+            raise RuntimeError("hierarchy_stats(): this communicator's global collectives are the library's "
+                               "(wrap a topology communicator with global_collectives='hierarchical')")
         if hierarchy is None:
             raise RuntimeError("hierarchy_stats(): no node structure on this communicator yet; "
                                "call a global collective (e.g. Allreduce) on every rank first")
@@ -174,6 +177,8 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
 
     _sc_plan: Plan = make_plan("auto", {}, False, 1)
     _sc_runtime: CommRuntime | None = None  # made at wrap (lazily after Idup)
+    # global collectives: the library's unless wrap(..., global_collectives="hierarchical") asked
+    _sc_global_native = True
     _sc_topology: Topology | None = None  # given to wrap, used when the runtime is made lazily
     _sc_calls = MappingProxyType({})  # collective -> CallPlan, per wrapper (see _sc_prepare)
 
@@ -325,7 +330,8 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         """
         plan = self._sc_plan
         new.__dict__.update(_sc_plan=plan, _sc_topology=self.topology,
-                            _sc_hierarchy_options=self._sc_hierarchy_options)
+                            _sc_hierarchy_options=self._sc_hierarchy_options,
+                            _sc_global_native=self._sc_global_native)
         if plan.native and plan.persistence.exact_bytes:
             new._sc_check_library_calls()
         if attach:
@@ -656,6 +662,8 @@ class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
 
 #: what ``algorithm`` may name for an intracommunicator ("auto" is the hierarchical algorithm)
 INTRACOMM_ALGORITHMS = ("auto", "hierarchical", "native")
+#: what a topology communicator's global collectives run (wrap's ``global_collectives``)
+GLOBAL_COLLECTIVES = ("library", "hierarchical")
 #: options of the node structure, accepted by wrap() for every communicator
 HIERARCHY_OPTIONS = ("ranks_per_node", "check_arguments", "inter_node")
 
@@ -675,9 +683,12 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     ``check_arguments=True`` (one small allreduce per call so that disagreeing roots or counts
     raise on every rank, see :mod:`sparsecoll.hierarchy.collectives`) and ``inter_node`` (a
     callable that makes, from the leader communicator, the communicator whose collectives the
-    leaders call; default: the library's, see :class:`sparsecoll.hierarchy.Hierarchy`). Topology
-    communicators take them too, for their global collectives
-    (:class:`GlobalCollectivesMixin`), whose node structure their first global collective makes.
+    leaders call; default: the library's, see :class:`sparsecoll.hierarchy.Hierarchy`). A topology
+    communicator's global collectives stay the library's unless ``global_collectives=
+    "hierarchical"`` (measured here on one machine, where the library's collectives already use
+    shared memory, the hierarchical ones are slower: benchmarks/hierarchy); it then takes the
+    same options, and its first global collective makes the node structure
+    (:class:`GlobalCollectivesMixin`).
 
     Collective over ``comm`` on every call: every rank must call ``wrap`` for the handle, in
     the same order (the first time it duplicates the communicator for library traffic; every
@@ -732,6 +743,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     """
     wrapper_class = next((wrapper for mpi_class, wrapper in _WRAPPERS if isinstance(comm, mpi_class)), None)
     hierarchy_options = {name: options.pop(name) for name in HIERARCHY_OPTIONS if name in options}
+    global_collectives = options.pop("global_collectives", "library")
     if wrapper_class is None and isinstance(comm, MPI.Intracomm):
         if info is not None:
             raise TypeError("info: the persistence levels are for topology communicators")
@@ -742,6 +754,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
     _check_hierarchy_options(hierarchy_options)
+    if global_collectives not in GLOBAL_COLLECTIVES:
+        raise ValueError(f"global_collectives: expected one of {GLOBAL_COLLECTIVES}, got {global_collectives!r}")
     persistence = levels.level(info, comm)
     plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice, persistence)
     if isinstance(comm, NeighborhoodMixin):
@@ -756,7 +770,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     if wrapper_class is Distgraphcomm and cartesian_topology.is_cartesian(runtime.topology):
         wrapper_class = CartNeighborhoodComm
     wrapped = wrapper_class(comm)
-    wrapped.__dict__.update(_sc_plan=plan, _sc_runtime=runtime, _sc_hierarchy_options=hierarchy_options)
+    wrapped.__dict__.update(_sc_plan=plan, _sc_runtime=runtime, _sc_hierarchy_options=hierarchy_options,
+                            _sc_global_native=global_collectives == "library")
     if persistence.strict:
         runtime.prepare_strict(plan)
     if plan.native and persistence.exact_bytes:

@@ -444,9 +444,22 @@ def test_native_intracomm_runs_the_library():
     wrapped.Free()
 
 
+def test_topology_communicator_keeps_the_librarys_global_collectives_by_default():
+    ring = WORLD.Create_cart([SIZE], periods=[True])
+    wrapped = sparsecoll.wrap(ring, "direct")
+    data = numpy.full(2, RANK, dtype=numpy.int64)
+    wrapped.Allreduce(MPI.IN_PLACE, data)
+    assert data.tolist() == [SIZE * (SIZE - 1) // 2] * 2
+    with pytest.raises(RuntimeError, match="global_collectives='hierarchical'"):
+        wrapped.hierarchy_stats()
+    with pytest.raises(ValueError, match="global_collectives"):
+        sparsecoll.wrap(ring, "direct", global_collectives="fast")
+    wrapped.Free()
+
+
 def test_topology_communicator_gets_global_collectives():
     ring = WORLD.Create_cart([SIZE], periods=[True])
-    wrapped = sparsecoll.wrap(ring, "direct", ranks_per_node=2)
+    wrapped = sparsecoll.wrap(ring, "direct", ranks_per_node=2, global_collectives="hierarchical")
     send = numpy.full(3, RANK, dtype=numpy.int32)
     recv = numpy.empty(3 * SIZE, dtype=numpy.int32)
     wrapped.Allgather(send, recv)
