@@ -69,8 +69,9 @@ class _Library:
         self.comm.Allreduce(sendbuf, recvbuf, op)
 
 
-@pytest.fixture(params=RANKS_PER_NODE, ids=lambda k: f"{k}pernode")
+@pytest.fixture(scope="module", params=RANKS_PER_NODE, ids=lambda k: f"{k}pernode")
 def reducer(request):
+    """One DynamicReduce per layout, shared by the tests (they compare stats before and after)."""
     layout = NodeLayout.create(WORLD, ranks_per_node=request.param)
     library = _Library()
     made = DynamicReduce(WORLD, layout, library.reduce, library.allreduce, "library")
