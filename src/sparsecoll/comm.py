@@ -1,5 +1,6 @@
 """The wrapped communicators: mpi4py topology communicators whose Neighbor_* methods run
-sparsecoll's schedules.
+sparsecoll's schedules, and intracommunicators whose global collectives (as well as the
+topology communicators') run the universal hierarchical algorithm (:mod:`sparsecoll.hierarchy`).
 
 :func:`wrap` returns an instance of a Python subclass of the communicator's own mpi4py
 class (``Cartcomm``, ``Graphcomm`` or ``Distgraphcomm``) sharing its handle, as
@@ -23,7 +24,8 @@ import numpy
 from mpi4py import MPI
 
 from .buffers import parse_simple
-from .checks import is_integer
+from .checks import is_integer, positive_integer
+from .hierarchy import Hierarchy
 from .pattern import family_of
 from .runtime import CommRuntime, Plan, existing_runtime, make_plan, runtime_of
 from .topology import PROC_NULL, Topology, from_comm
@@ -36,7 +38,137 @@ METHOD_NAMES = {collective: {"blocking": f"Neighbor_{collective}", "nonblocking"
                 for collective in ("allgather", "allgatherv", "allgatherw", "alltoall", "alltoallv", "alltoallw")}
 
 
-class NeighborhoodMixin:
+class GlobalCollectivesMixin:
+    """MPI's global collectives run by the universal hierarchical algorithm
+    (:mod:`sparsecoll.hierarchy.collectives`), mixed into every wrapper class.
+
+    Blocking ``Allgather(v)``, ``Alltoall(v)``, ``Reduce_scatter(_block)``, ``Bcast``,
+    ``Scatter(v)``, ``Gather(v)``, ``Reduce`` and ``Allreduce`` keep mpi4py's signatures and
+    semantics. The node structure (node and leader communicators, shared windows) is made by
+    :func:`wrap` for an intracommunicator, else by the first global collective (collective, as
+    every rank makes that call). Everything else, the lowercase pickle-based methods
+    (``allgather``, ``bcast``, ...), the nonblocking and persistent forms, ``Alltoallw`` and the
+    scans included, stays the MPI library's own.
+    """
+
+    _sc_hierarchy: Hierarchy | None = None
+    _sc_hierarchy_options = MappingProxyType({})
+    _sc_global_native = False  # the library's own global collectives (wrap(intracomm, "native"))
+
+    def hierarchy_stats(self) -> dict:
+        """Node count, ranks per node, shared window bytes, the inter-node collective and call counts (local).
+
+        RuntimeError before the node structure was made (by :func:`wrap` for an intracommunicator,
+        by the first global collective on a topology communicator)."""
+        hierarchy = self.__dict__.get("_sc_hierarchy")
+        if hierarchy is None:
+            raise RuntimeError("hierarchy_stats(): no node structure on this communicator yet; "
+                               "call a global collective (e.g. Allreduce) on every rank first")
+        return hierarchy.stats()
+
+    def _sc_hier(self) -> Hierarchy | None:
+        """The node structure (made collectively on first use); None for the library's collectives."""
+        if self._sc_global_native:
+            return None
+        hierarchy = self.__dict__.get("_sc_hierarchy")
+        if hierarchy is None:
+            hierarchy = self.__dict__["_sc_hierarchy"] = Hierarchy(self, **self._sc_hierarchy_options)
+        return hierarchy
+
+    def _sc_free_hierarchy(self) -> None:
+        hierarchy = self.__dict__.pop("_sc_hierarchy", None)
+        if hierarchy is not None:
+            hierarchy.free()
+
+    def Allgather(self, sendbuf, recvbuf) -> None:
+        """Gather one block from every rank into every rank's ``recvbuf`` (``sendbuf`` may be IN_PLACE)."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Allgather(sendbuf, recvbuf)
+        hierarchy.allgather(sendbuf, recvbuf, vector=False)
+
+    def Allgatherv(self, sendbuf, recvbuf) -> None:
+        """Allgather with per-rank counts and displacements in ``recvbuf``."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Allgatherv(sendbuf, recvbuf)
+        hierarchy.allgather(sendbuf, recvbuf, vector=True)
+
+    def Alltoall(self, sendbuf, recvbuf) -> None:
+        """Send block k of ``sendbuf`` to rank k, receive block k of ``recvbuf`` from rank k."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Alltoall(sendbuf, recvbuf)
+        hierarchy.alltoall(sendbuf, recvbuf)
+
+    def Alltoallv(self, sendbuf, recvbuf) -> None:
+        """Alltoall with per-rank counts and displacements (known only to the ranks that pass them)."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Alltoallv(sendbuf, recvbuf)
+        hierarchy.alltoallv(sendbuf, recvbuf)
+
+    def Bcast(self, buf, root: int = 0) -> None:
+        """Broadcast ``buf`` from ``root`` to every rank."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Bcast(buf, root)
+        hierarchy.bcast(buf, root)
+
+    def Gather(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Gather one block from every rank at ``root`` (``sendbuf`` may be IN_PLACE at the root)."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Gather(sendbuf, recvbuf, root)
+        hierarchy.gather(sendbuf, recvbuf, root)
+
+    def Gatherv(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Gather with per-rank counts and displacements known at ``root``."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Gatherv(sendbuf, recvbuf, root)
+        hierarchy.gatherv(sendbuf, recvbuf, root)
+
+    def Scatter(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Send block k of ``root``'s ``sendbuf`` to rank k (``recvbuf`` may be IN_PLACE at the root)."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Scatter(sendbuf, recvbuf, root)
+        hierarchy.scatter(sendbuf, recvbuf, root)
+
+    def Scatterv(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Scatter with per-rank counts and displacements known at ``root``."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Scatterv(sendbuf, recvbuf, root)
+        hierarchy.scatterv(sendbuf, recvbuf, root)
+
+    def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root: int = 0) -> None:
+        """Reduce every rank's ``sendbuf`` with ``op`` into ``root``'s ``recvbuf`` (IN_PLACE at the root)."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None or not hierarchy.reduce(sendbuf, recvbuf, op, root):
+            return super().Reduce(sendbuf, recvbuf, op, root)
+
+    def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
+        """Reduce every rank's ``sendbuf`` with ``op`` into every rank's ``recvbuf`` (``sendbuf`` may be IN_PLACE)."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None or not hierarchy.allreduce(sendbuf, recvbuf, op):
+            return super().Allreduce(sendbuf, recvbuf, op)
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
+        """Reduce, then scatter equal blocks: rank k gets block k of the result."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None or not hierarchy.reduce_scatter(sendbuf, recvbuf, None, op, block=True):
+            return super().Reduce_scatter_block(sendbuf, recvbuf, op)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM) -> None:
+        """Reduce, then scatter blocks of ``recvcounts[k]`` elements: rank k gets block k of the result."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None or not hierarchy.reduce_scatter(sendbuf, recvbuf, recvcounts, op, block=False):
+            return super().Reduce_scatter(sendbuf, recvbuf, recvcounts, op)
+
+
+class NeighborhoodMixin(GlobalCollectivesMixin):
     """sparsecoll's neighborhood collectives, mixed into the mpi4py topology classes."""
 
     _sc_plan: Plan = make_plan("auto", {}, False, 1)
@@ -174,7 +306,8 @@ class NeighborhoodMixin:
         ``attach``: make its runtime now (collective; not for Idup, whose communicator is
         usable only once its request completes: the first collective call makes it then).
         """
-        new.__dict__.update(_sc_plan=self._sc_plan, _sc_topology=self.topology)
+        new.__dict__.update(_sc_plan=self._sc_plan, _sc_topology=self.topology,
+                            _sc_hierarchy_options=self._sc_hierarchy_options)
         if attach:
             new._sc_attach()
         return new
@@ -380,6 +513,7 @@ class NeighborhoodMixin:
 
     def Free(self) -> None:
         """Free the communicator and everything sparsecoll attached to it (collective)."""
+        self._sc_free_hierarchy()
         self.__dict__.pop("_sc_runtime", None)
         self.__dict__.pop("_sc_calls", None)
         super().Free()  # deletes the attribute, which frees the runtime
@@ -473,12 +607,51 @@ def _listed(weights):
     return None if weights is None else list(weights)
 
 
+class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
+    """An intracommunicator whose global collectives run the universal hierarchical algorithm."""
+
+    def _sc_adopt(self, new):
+        """Wrap a communicator made from this one (collective) with the same options."""
+        return wrap(new, "native" if self._sc_global_native else "hierarchical", **self._sc_hierarchy_options)
+
+    def Dup(self, info=None):
+        """Duplicate the communicator (collective); the copy runs the same global collectives."""
+        return self._sc_adopt(super().Dup(info))
+
+    def Dup_with_info(self, info):
+        """Duplicate with ``info`` (collective); the copy runs the same global collectives."""
+        return self._sc_adopt(super().Dup_with_info(info))
+
+    def Clone(self):
+        """Clone the communicator (collective); the copy runs the same global collectives."""
+        return self._sc_adopt(super().Clone())
+
+    def Free(self) -> None:
+        """Free the shared windows, the node and leader communicators, then the communicator (collective)."""
+        self._sc_free_hierarchy()
+        super().Free()
+
+
+#: what ``algorithm`` may name for an intracommunicator ("auto" is the hierarchical algorithm)
+INTRACOMM_ALGORITHMS = ("auto", "hierarchical", "native")
+#: options of the node structure, accepted by wrap() for every communicator
+HIERARCHY_OPTIONS = ("ranks_per_node",)
+
 _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgraphcomm, Distgraphcomm))
 
 
 def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, rebind: bool = False,
          executor: str = "steps", profile=None, verify_choice: bool = False, **options):
-    """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll.
+    """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll, or an
+    intracommunicator so its global collectives run the universal hierarchical algorithm.
+
+    An intracommunicator (not a topology one) gives an :class:`Intracomm` on the same handle
+    (collective: it makes the node and leader communicators); ``algorithm`` is ``"auto"`` or
+    ``"hierarchical"`` (the same), or ``"native"`` (the library's own collectives); the one option
+    is ``ranks_per_node=k`` (nodes of ``k`` consecutive ranks, to emulate nodes on one machine;
+    default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``). Topology
+    communicators take ``ranks_per_node`` too, for their global collectives
+    (:class:`GlobalCollectivesMixin`), whose node structure their first global collective makes.
 
     Collective over ``comm`` the first time a handle is wrapped (it duplicates the
     communicator for library traffic). The result is an instance of ``comm``'s own
@@ -505,11 +678,15 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     block size on every rank; where the first call does not, it decides once for all calls.
     """
     wrapper_class = next((wrapper for mpi_class, wrapper in _WRAPPERS if isinstance(comm, mpi_class)), None)
+    hierarchy_options = {name: options.pop(name) for name in HIERARCHY_OPTIONS if name in options}
+    if wrapper_class is None and isinstance(comm, MPI.Intracomm):
+        return _wrap_intracomm(comm, algorithm, options, hierarchy_options)
     if wrapper_class is None:
-        raise TypeError("comm: expected an mpi4py topology communicator (Cartcomm, Graphcomm or "
-                        f"Distgraphcomm), got {type(comm).__name__}")
+        raise TypeError("comm: expected an mpi4py intracommunicator or topology communicator (Cartcomm, "
+                        f"Graphcomm or Distgraphcomm), got {type(comm).__name__}")
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
+    _check_hierarchy_options(hierarchy_options)
     plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice)
     if isinstance(comm, NeighborhoodMixin):
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
@@ -522,5 +699,26 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     if wrapper_class is Distgraphcomm and cartesian_topology.is_cartesian(runtime.topology):
         wrapper_class = CartNeighborhoodComm
     wrapped = wrapper_class(comm)
-    wrapped.__dict__.update(_sc_plan=plan, _sc_runtime=runtime)
+    wrapped.__dict__.update(_sc_plan=plan, _sc_runtime=runtime, _sc_hierarchy_options=hierarchy_options)
+    return wrapped
+
+
+def _check_hierarchy_options(options: dict) -> None:
+    """Check the node structure's options where every rank passed them (no communication)."""
+    if options.get("ranks_per_node") is not None:
+        positive_integer(options["ranks_per_node"], "ranks_per_node")
+
+
+def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarchy_options: dict) -> Intracomm:
+    """:func:`wrap` for a plain intracommunicator: collective (it makes the node structure)."""
+    if comm == MPI.COMM_NULL:
+        raise ValueError("comm: is MPI.COMM_NULL")
+    if algorithm not in INTRACOMM_ALGORITHMS:
+        raise ValueError(f"algorithm: an intracommunicator takes one of {INTRACOMM_ALGORITHMS}, got {algorithm!r}")
+    if options:
+        raise TypeError(f"options: an intracommunicator takes only {HIERARCHY_OPTIONS}, got {sorted(options)}")
+    _check_hierarchy_options(hierarchy_options)
+    wrapped = Intracomm(comm)
+    wrapped.__dict__.update(_sc_hierarchy_options=hierarchy_options, _sc_global_native=algorithm == "native")
+    wrapped._sc_hier()
     return wrapped
