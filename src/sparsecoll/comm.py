@@ -26,6 +26,7 @@ from mpi4py import MPI
 from .buffers import parse_simple
 from .checks import is_integer, positive_integer
 from .hierarchy import Hierarchy
+from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .pattern import family_of
 from .runtime import CommRuntime, Plan, existing_runtime, make_plan, runtime_of
 from .topology import PROC_NULL, Topology, from_comm
@@ -635,7 +636,7 @@ class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
 #: what ``algorithm`` may name for an intracommunicator ("auto" is the hierarchical algorithm)
 INTRACOMM_ALGORITHMS = ("auto", "hierarchical", "native")
 #: options of the node structure, accepted by wrap() for every communicator
-HIERARCHY_OPTIONS = ("ranks_per_node",)
+HIERARCHY_OPTIONS = ("ranks_per_node", "reduce")
 
 _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgraphcomm, Distgraphcomm))
 
@@ -647,10 +648,12 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
 
     An intracommunicator (not a topology one) gives an :class:`Intracomm` on the same handle
     (collective: it makes the node and leader communicators); ``algorithm`` is ``"auto"`` or
-    ``"hierarchical"`` (the same), or ``"native"`` (the library's own collectives); the one option
-    is ``ranks_per_node=k`` (nodes of ``k`` consecutive ranks, to emulate nodes on one machine;
-    default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``). Topology
-    communicators take ``ranks_per_node`` too, for their global collectives
+    ``"hierarchical"`` (the same), or ``"native"`` (the library's own collectives); the options
+    are ``ranks_per_node=k`` (nodes of ``k`` consecutive ranks, to emulate nodes on one machine;
+    default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``) and
+    ``reduce="fixed"`` (default: fixed leaders) or ``"dynamic"`` (``Reduce`` and ``Allreduce`` with
+    dynamic leaders, :mod:`sparsecoll.hierarchy.reduce_dynamic`; :meth:`hierarchy_stats` reports
+    which). Topology communicators take both too, for their global collectives
     (:class:`GlobalCollectivesMixin`), whose node structure their first global collective makes.
 
     Collective over ``comm`` the first time a handle is wrapped (it duplicates the
@@ -707,6 +710,8 @@ def _check_hierarchy_options(options: dict) -> None:
     """Check the node structure's options where every rank passed them (no communication)."""
     if options.get("ranks_per_node") is not None:
         positive_integer(options["ranks_per_node"], "ranks_per_node")
+    if "reduce" in options and options["reduce"] not in REDUCE_MODES:
+        raise ValueError(f"reduce: expected one of {REDUCE_MODES}, got {options['reduce']!r}")
 
 
 def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarchy_options: dict) -> Intracomm:

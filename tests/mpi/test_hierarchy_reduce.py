@@ -18,6 +18,7 @@ import numpy
 import pytest
 from mpi4py import MPI
 
+import sparsecoll
 from sparsecoll.hierarchy import NodeLayout, reduce_dynamic
 from sparsecoll.hierarchy.reduce_dynamic import DynamicReduce, binomial_children, binomial_parent
 
@@ -42,7 +43,8 @@ def _first_wins(a, b, datatype):
 
 
 def _affine(a, b, datatype):
-    """A non-commutative op on pairs (p, q) meaning x -> p*x + q: b = a o b, modulo 1000003."""
+    """A non-commutative op on elements of type PAIR, (p, q) meaning x -> p*x + q: b = a o b,
+    modulo 1000003."""
     x = numpy.frombuffer(a, dtype=numpy.int64).reshape(-1, 2)
     y = numpy.frombuffer(b, dtype=numpy.int64).reshape(-1, 2)
     p = (y[:, 0] * x[:, 0]) % 1000003
@@ -53,6 +55,7 @@ def _affine(a, b, datatype):
 MOD_SUM = MPI.Op.Create(_mod_sum, commute=True)
 FIRST_WINS = MPI.Op.Create(_first_wins, commute=False)
 AFFINE = MPI.Op.Create(_affine, commute=False)
+PAIR = MPI.INT64_T.Create_contiguous(2).Commit()  # never freed: lives as long as the module
 OPS = {"sum": MPI.SUM, "max": MPI.MAX, "user": MOD_SUM}
 
 
@@ -64,9 +67,11 @@ class _Library:
 
     def reduce(self, sendbuf, recvbuf, op, root):
         self.comm.Reduce(sendbuf, recvbuf, op, root)
+        return True
 
     def allreduce(self, sendbuf, recvbuf, op):
         self.comm.Allreduce(sendbuf, recvbuf, op)
+        return True
 
 
 @pytest.fixture(scope="module", params=RANKS_PER_NODE, ids=lambda k: f"{k}pernode")
@@ -227,13 +232,14 @@ def test_non_commutative_falls_back_to_fixed_order(reducer, op, root):
     send = numpy.stack([generator.integers(1, 1000, 4), generator.integers(0, 1000, 4)], axis=1).reshape(-1)
     got = numpy.empty(8, dtype="i8")
     expected = numpy.empty(8, dtype="i8")
+    datatype, count = (PAIR, 4) if op is AFFINE else (MPI.INT64_T, 8)
     fixed_before = reducer.stats()["fixed_calls"]
-    reducer.reduce(send, got, op, root)
-    WORLD.Reduce(send, expected, op, root)
+    reducer.reduce([send, count, datatype], [got, count, datatype], op, root)
+    WORLD.Reduce([send, count, datatype], [expected, count, datatype], op, root)
     if RANK == root:
         assert got.tolist() == expected.tolist()
-    reducer.allreduce(send, got, op)
-    WORLD.Allreduce(send, expected, op)
+    reducer.allreduce([send, count, datatype], [got, count, datatype], op)
+    WORLD.Allreduce([send, count, datatype], [expected, count, datatype], op)
     assert got.tolist() == expected.tolist()
     stats = reducer.stats()
     assert stats["fixed_calls"] == fixed_before + 2
@@ -289,3 +295,46 @@ def test_bad_arguments_raise_before_any_message(reducer):
     got = numpy.empty(2, dtype="i8")
     reducer.allreduce(numpy.full(2, RANK, dtype="i8"), got, MPI.SUM)
     assert got.tolist() == [SIZE * (SIZE - 1) // 2] * 2
+
+
+@pytest.mark.parametrize("per_node", RANKS_PER_NODE)
+def test_wrapped_intracomm_selects_dynamic_leaders(per_node):
+    comm = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=per_node, reduce="dynamic")
+    try:
+        assert comm.hierarchy_stats()["reduce"] == "dynamic"
+        sleep = _sleeper(61 + per_node)
+        for call in range(3):
+            send = _data(call, 4)
+            got, expected = numpy.empty(4, dtype="i8"), numpy.empty(4, dtype="i8")
+            sleep()
+            comm.Reduce(send, got, MPI.SUM, root=SIZE - 1)
+            WORLD.Reduce(send, expected, MPI.SUM, root=SIZE - 1)
+            if RANK == SIZE - 1:
+                assert got.tolist() == expected.tolist()
+            sleep()
+            comm.Allreduce(send, got, MPI.MAX)
+            WORLD.Allreduce(send, expected, MPI.MAX)
+            assert got.tolist() == expected.tolist()
+        stats = comm.hierarchy_stats()["dynamic_reduce"]
+        assert stats["last_call"] == reduce_dynamic.DYNAMIC_LEADERS
+        assert stats["dynamic_calls"] == 6
+        # a non-commutative op: the fixed leaders' reduction in rank order, named in the stats
+        send = numpy.array([RANK + 2, RANK], dtype="i8")
+        comm.Allreduce([send, 1, PAIR], [got, 1, PAIR], AFFINE)
+        WORLD.Allreduce([send, 1, PAIR], [expected, 1, PAIR], AFFINE)
+        assert got[:2].tolist() == expected[:2].tolist()
+        assert comm.hierarchy_stats()["dynamic_reduce"]["last_call"] == "fixed leaders (non-commutative op)"
+    finally:
+        comm.Free()
+
+
+def test_wrap_reduce_option():
+    comm = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2)
+    try:
+        assert comm.hierarchy_stats()["reduce"] == "fixed"
+    finally:
+        comm.Free()
+    base = WORLD.Dup()
+    with pytest.raises(ValueError, match="reduce"):
+        sparsecoll.wrap(base, reduce="sometimes")
+    base.Free()

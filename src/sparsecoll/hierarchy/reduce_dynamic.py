@@ -176,36 +176,42 @@ class DynamicReduce:
         self._fetched = numpy.zeros(1, dtype=numpy.int64)
 
     # -- public ---------------------------------------------------------------------------------
-    def reduce(self, sendbuf, recvbuf, op: MPI.Op, root: int) -> None:
-        """``Comm.Reduce`` with dynamic leaders (a non-commutative op: the fixed-order reduction)."""
+    def reduce(self, sendbuf, recvbuf, op: MPI.Op, root: int) -> bool:
+        """``Comm.Reduce`` with dynamic leaders (``sendbuf`` may be ``MPI.IN_PLACE`` or None at the
+        root). A non-commutative op runs the fixed-order reduction; returns what that returns, else True."""
         size = self.wire.Get_size()
         if not is_integer(root) or not 0 <= root < size:
             raise ValueError(f"root: expected an integer in [0, {size}), got {root!r}")
         root = int(root)
         _check_op(op)
         is_root = self.rank == root
-        if sendbuf is MPI.IN_PLACE and not is_root:
-            raise ValueError("sendbuf: MPI.IN_PLACE is valid only at the root of Reduce")
+        in_place = _is_in_place(sendbuf)
+        if in_place and not is_root:
+            raise ValueError("sendbuf: MPI.IN_PLACE (or None) is valid only at the root of Reduce")
         if not op.Is_commutative():
             self._fixed()
             return self.fixed_reduce(sendbuf, recvbuf, op, root)
-        mine = self._parse(recvbuf if sendbuf is MPI.IN_PLACE else sendbuf,
-                           "recvbuf" if sendbuf is MPI.IN_PLACE else "sendbuf", readonly=sendbuf is not MPI.IN_PLACE)
+        mine = self._parse(recvbuf if in_place else sendbuf, "recvbuf" if in_place else "sendbuf",
+                           readonly=not in_place)
         result = self._parse(recvbuf, "recvbuf", readonly=False) if is_root else None
         if result is not None:
             _check_same(mine, result)
         self._dynamic(mine, result, op, root, broadcast=False)
+        return True
 
-    def allreduce(self, sendbuf, recvbuf, op: MPI.Op) -> None:
-        """``Comm.Allreduce`` with dynamic leaders: reduce to rank 0, broadcast down the same leaders."""
+    def allreduce(self, sendbuf, recvbuf, op: MPI.Op) -> bool:
+        """``Comm.Allreduce`` with dynamic leaders: reduce to rank 0, broadcast down the same leaders
+        (``sendbuf`` may be ``MPI.IN_PLACE`` or None). A non-commutative op runs the fixed-order
+        reduction; returns what that returns, else True."""
         _check_op(op)
         if not op.Is_commutative():
             self._fixed()
             return self.fixed_allreduce(sendbuf, recvbuf, op)
         result = self._parse(recvbuf, "recvbuf", readonly=False)
-        mine = result if sendbuf is MPI.IN_PLACE else self._parse(sendbuf, "sendbuf", readonly=True)
+        mine = result if _is_in_place(sendbuf) else self._parse(sendbuf, "sendbuf", readonly=True)
         _check_same(mine, result)
         self._dynamic(mine, result, op, 0, broadcast=True)
+        return True
 
     def stats(self) -> dict:
         """What this rank did (local): the mode, the last call's algorithm, counts of dynamic and
@@ -504,6 +510,10 @@ def _element_type(datatype: MPI.Datatype):
             return None
         found = element
     return found
+
+
+def _is_in_place(sendbuf) -> bool:
+    return sendbuf is None or sendbuf is MPI.IN_PLACE
 
 
 def _check_op(op) -> None:
