@@ -93,7 +93,6 @@ _ANNOUNCE, _PARENT, _NODE_DONE, _RESULT, _TAGS_AFTER_NODES = 0, 1, 2, 3, 4
 
 MODES = ("dynamic", "fixed")
 DYNAMIC_LEADERS = "dynamic leaders"
-FIXED_NONCOMMUTATIVE = "fixed leaders (non-commutative op)"
 
 
 def binomial_parent(node: int, root_node: int, nodes: int) -> int:
@@ -120,7 +119,7 @@ def binomial_children(node: int, root_node: int, nodes: int) -> list:
 
 
 @dataclass(frozen=True)
-class _Layout:
+class _Shape:
     """``count`` x ``datatype`` and the bytes it touches, ``first``..``end`` from its origin."""
 
     count: int
@@ -232,11 +231,11 @@ class DynamicReduce:
         self.last_call = f"{self.fixed_name} (non-commutative op)"
 
     def _parse(self, spec, arg: str, readonly: bool) -> tuple:
-        """``(origin address, layout)`` of a one-block buffer spec."""
+        """``(origin address, shape)`` of a one-block buffer spec."""
         blocks = parse_simple(spec, 1, readonly=readonly, arg=arg)
         address, count, datatype = blocks.piece(0)
         first, end = span(count, datatype)
-        return address, _Layout(count, datatype, first, end)
+        return address, _Shape(count, datatype, first, end)
 
     def _dynamic(self, mine: tuple, result, op: MPI.Op, root: int, broadcast: bool) -> None:
         origin, given = mine
@@ -244,13 +243,13 @@ class DynamicReduce:
         self.last_call = DYNAMIC_LEADERS
         if given.count == 0:
             return
-        layout = _working_layout(given, op)
+        shape = _working_shape(given, op)
         own = given.message(origin)
-        if layout is not given:  # a derived datatype under a predefined op: work on its elements
-            flat = layout.private()
+        if shape is not given:  # a derived datatype under a predefined op: work on its elements
+            flat = shape.private()
             self.self_comm.Sendrecv(own, 0, 0, flat[1], 0, 0)
             own = flat[1]
-        seq = self._prepare(layout)
+        seq = self._prepare(shape)
         nodes, node = self.layout.nodes, self.layout.node
         root_node = self.layout.node_of[root]
         per_node = len(self.layout.members[node])
@@ -259,23 +258,23 @@ class DynamicReduce:
         slot = (seq - self.window_base) % SLOTS
         use = (seq - self.window_base) // SLOTS
         takes_node_result = is_root or node != root_node
-        index = self._arrive(own, layout, op, slot, use, per_node)
+        index = self._arrive(own, shape, op, slot, use, per_node)
         last = index == per_node - 1
         accumulator = None
         if last and takes_node_result:
-            accumulator = layout.private()
-            self._take_node_result(layout, slot, accumulator[1])
+            accumulator = shape.private()
+            self._take_node_result(shape, slot, accumulator[1])
         if is_root:
             self.counts["root_calls"] += 1
             if last:
                 self.counts["leader_calls"] += 1
-            accumulator, children = self._root(layout, op, slot, tags, accumulator, last, root_node)
+            accumulator, children = self._root(shape, op, slot, tags, accumulator, last, root_node)
             if broadcast:
                 self._send_result(accumulator[1], children, tags)
             self.self_comm.Sendrecv(accumulator[1], 0, 0, result[1].message(result[0]), 0, 0)
         elif last and node != root_node:
             self.counts["leader_calls"] += 1
-            parent, children = self._leader(layout, op, tags, accumulator, root, root_node)
+            parent, children = self._leader(shape, op, tags, accumulator, root, root_node)
             if broadcast:
                 self.wire.Recv(accumulator[1], parent, tags + nodes + _RESULT)
                 self._send_result(accumulator[1], children, tags)
@@ -287,14 +286,14 @@ class DynamicReduce:
             if broadcast:
                 self.wire.Recv(result[1].message(result[0]), MPI.ANY_SOURCE, tags + nodes + _RESULT)
 
-    def _prepare(self, layout: _Layout) -> int:
+    def _prepare(self, shape: _Shape) -> int:
         """This call's sequence number; grows the window first if the call needs more (collective
         over the node only then, decided from the call's count and datatype and the window's size,
         which every node rank knows alike).
 
         The slots' stride follows from the window's size, so it changes only when the window is
         remade, which every node rank does together, after its earlier calls."""
-        needed = SLOTS * (_COUNTERS_BYTES + -(-layout.nbytes // ALIGNMENT) * ALIGNMENT)
+        needed = SLOTS * (_COUNTERS_BYTES + -(-shape.nbytes // ALIGNMENT) * ALIGNMENT)
         per_rank = -(-needed // self.layout.node_comm.Get_size())
         seq = self.seq
         self.seq += 1
@@ -310,10 +309,10 @@ class DynamicReduce:
     def _counter(self, slot: int, which: int) -> int:
         return slot * _COUNTERS_BYTES + which
 
-    def _accumulator(self, layout: _Layout, slot: int) -> list:
+    def _accumulator(self, shape: _Shape, slot: int) -> list:
         region = self.shared.region()
         start = SLOTS * _COUNTERS_BYTES + slot * self.slot_bytes
-        return layout.message(region.ctypes.data + start - layout.first)
+        return shape.message(region.ctypes.data + start - shape.first)
 
     def _fetch_add(self, displacement: int, op: MPI.Op = MPI.SUM) -> int:
         window = self.shared.window
@@ -330,7 +329,7 @@ class DynamicReduce:
             time.sleep(delay)
             delay = min(2 * delay, _LONGEST_DELAY)
 
-    def _arrive(self, mine: list, layout: _Layout, op: MPI.Op, slot: int, use: int, per_node: int) -> int:
+    def _arrive(self, mine: list, shape: _Shape, op: MPI.Op, slot: int, use: int, per_node: int) -> int:
         """Reduce this rank's buffer into the node's slot; its arrival index on the node."""
         self._wait_until(self._counter(slot, _RELEASED), use, "slot_waits")
         ticket = self._fetch_add(self._counter(slot, _TICKETS))
@@ -340,7 +339,7 @@ class DynamicReduce:
         self._wait_until(self._counter(slot, _REDUCED), ticket, "turn_waits")
         window = self.shared.window
         window.Sync()
-        accumulator = self._accumulator(layout, slot)
+        accumulator = self._accumulator(shape, slot)
         if index == 0:
             self.self_comm.Sendrecv(mine, 0, 0, accumulator, 0, 0)
         else:
@@ -349,15 +348,15 @@ class DynamicReduce:
         self._fetch_add(self._counter(slot, _REDUCED))
         return index
 
-    def _take_node_result(self, layout: _Layout, slot: int, into: list) -> None:
+    def _take_node_result(self, shape: _Shape, slot: int, into: list) -> None:
         """Copy the node's complete result out of the slot and release the slot."""
         window = self.shared.window
         window.Sync()
-        self.self_comm.Sendrecv(self._accumulator(layout, slot), 0, 0, into, 0, 0)
+        self.self_comm.Sendrecv(self._accumulator(shape, slot), 0, 0, into, 0, 0)
         window.Sync()
         self._fetch_add(self._counter(slot, _RELEASED))
 
-    def _root(self, layout, op, slot, tags, accumulator, last, root_node) -> tuple:
+    def _root(self, shape, op, slot, tags, accumulator, last, root_node) -> tuple:
         """The root: serve the leader directory, reduce its children's partial results and (unless
         it arrived last) its node's result; returns ``(accumulator, children leaders)``."""
         nodes = self.layout.nodes
@@ -372,7 +371,7 @@ class DynamicReduce:
 
         def combine(message):
             if state["accumulator"] is None:
-                state["accumulator"] = layout.private()
+                state["accumulator"] = shape.private()
                 self.self_comm.Sendrecv(message, 0, 0, state["accumulator"][1], 0, 0)
             else:
                 op.Reduce_local(message, state["accumulator"][1])
@@ -416,14 +415,14 @@ class DynamicReduce:
             self.counts["control_received"] += 1
             window = self.shared.window
             window.Sync()
-            combine(self._accumulator(layout, slot))
+            combine(self._accumulator(shape, slot))
             window.Sync()
             self._fetch_add(self._counter(slot, _RELEASED))
 
         if announcements_left[0]:
             post_announcement()
         for child in binomial_children(root_node, root_node, nodes):
-            buffer = layout.private()
+            buffer = shape.private()
             scratch.append(buffer)
             requests.append(wire.Irecv(buffer[1], MPI.ANY_SOURCE, tags + child))
             handlers.append(on_child(buffer))
@@ -443,7 +442,7 @@ class DynamicReduce:
         MPI.Request.Waitall(sends)
         return state["accumulator"], children
 
-    def _leader(self, layout, op, tags, accumulator, root, root_node) -> tuple:
+    def _leader(self, shape, op, tags, accumulator, root, root_node) -> tuple:
         """A non-root node's last arriver: announce, reduce the children's partial results into the
         node's, send the sum to the parent node's leader; returns ``(parent leader, children leaders)``."""
         nodes, node = self.layout.nodes, self.layout.node
@@ -454,7 +453,7 @@ class DynamicReduce:
         parent_node = binomial_parent(node, root_node, nodes)
         requests, buffers = [], []
         for child in binomial_children(node, root_node, nodes):
-            buffer = layout.private()
+            buffer = shape.private()
             buffers.append(buffer)
             requests.append(wire.Irecv(buffer[1], MPI.ANY_SOURCE, tags + child))
         parent_rank = numpy.array([root], dtype=numpy.int64)
@@ -482,8 +481,8 @@ class DynamicReduce:
         MPI.Request.Waitall([self.wire.Isend(message, target, tag) for target in targets])
 
 
-def _working_layout(given: _Layout, op: MPI.Op) -> _Layout:
-    """The layout the reduction works on: ``given``, or for a derived datatype under a predefined
+def _working_shape(given: _Shape, op: MPI.Op) -> _Shape:
+    """The shape the reduction works on: ``given``, or for a derived datatype under a predefined
     op (which ``Reduce_local`` applies to predefined datatypes only) its elements, contiguous."""
     if given.datatype.is_predefined or not op.is_predefined:
         return given
@@ -492,7 +491,7 @@ def _working_layout(given: _Layout, op: MPI.Op) -> _Layout:
         raise ValueError("sendbuf: a predefined op needs a datatype made of one predefined type")
     count = given.count * given.datatype.Get_size() // element.Get_size()
     first, end = span(count, element)
-    return _Layout(count, element, first, end)
+    return _Shape(count, element, first, end)
 
 
 def _element_type(datatype: MPI.Datatype):
