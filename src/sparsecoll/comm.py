@@ -636,7 +636,7 @@ class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
 #: what ``algorithm`` may name for an intracommunicator ("auto" is the hierarchical algorithm)
 INTRACOMM_ALGORITHMS = ("auto", "hierarchical", "native")
 #: options of the node structure, accepted by wrap() for every communicator
-HIERARCHY_OPTIONS = ("ranks_per_node", "reduce")
+HIERARCHY_OPTIONS = ("ranks_per_node", "check_arguments", "reduce")
 
 _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgraphcomm, Distgraphcomm))
 
@@ -650,10 +650,12 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     (collective: it makes the node and leader communicators); ``algorithm`` is ``"auto"`` or
     ``"hierarchical"`` (the same), or ``"native"`` (the library's own collectives); the options
     are ``ranks_per_node=k`` (nodes of ``k`` consecutive ranks, to emulate nodes on one machine;
-    default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``) and
-    ``reduce="fixed"`` (default: fixed leaders) or ``"dynamic"`` (``Reduce`` and ``Allreduce`` with
-    dynamic leaders, :mod:`sparsecoll.hierarchy.reduce_dynamic`; :meth:`hierarchy_stats` reports
-    which). Topology communicators take both too, for their global collectives
+    default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``),
+    ``check_arguments=True`` (one small allreduce per call so that disagreeing roots or counts
+    raise on every rank, see :mod:`sparsecoll.hierarchy.collectives`) and ``reduce="fixed"``
+    (default: fixed leaders) or ``"dynamic"`` (``Reduce`` and ``Allreduce`` with dynamic leaders,
+    :mod:`sparsecoll.hierarchy.reduce_dynamic`; :meth:`hierarchy_stats` reports which). Topology
+    communicators take them too, for their global collectives
     (:class:`GlobalCollectivesMixin`), whose node structure their first global collective makes.
 
     Collective over ``comm`` the first time a handle is wrapped (it duplicates the
@@ -710,6 +712,8 @@ def _check_hierarchy_options(options: dict) -> None:
     """Check the node structure's options where every rank passed them (no communication)."""
     if options.get("ranks_per_node") is not None:
         positive_integer(options["ranks_per_node"], "ranks_per_node")
+    if not isinstance(options.get("check_arguments", False), bool):
+        raise TypeError(f"check_arguments: expected True or False, got {options['check_arguments']!r}")
     if "reduce" in options and options["reduce"] not in REDUCE_MODES:
         raise ValueError(f"reduce: expected one of {REDUCE_MODES}, got {options['reduce']!r}")
 

@@ -32,8 +32,13 @@ Growth (:meth:`node.SharedWindow.ensure`) is decided from sizes every node rank 
 (counts every rank knows, or the shared count table), never from a rank-local cache.
 
 Errors: argument errors raise ValueError or TypeError naming the argument before this rank
-takes part in any synchronization; they are local checks (no communication is added), so as in
-MPI the other ranks of an erroneous call may wait.
+takes part in any synchronization. By default they are local checks (no communication is added),
+so as in MPI the other ranks of an erroneous call may wait. With ``check_arguments=True`` (an
+option of :func:`sparsecoll.wrap`) every call first makes one small allreduce (``4 + 2 * size``
+int64) on the communicator that compares the roots, the bytes every rank moves and, for
+``Gatherv`` / ``Scatterv``, the root's count for each rank with that rank's own; a disagreement
+raises the same ValueError on every rank before anything else is sent. ``Alltoallv``'s pairwise
+counts are not compared.
 """
 
 from __future__ import annotations
@@ -75,11 +80,24 @@ class Hierarchy:
     ``ranks_per_node``: emulate nodes of that many consecutive ranks (see
     :meth:`NodeLayout.create`); every rank must pass the same value. ``reduce``: ``"fixed"``
     (fixed leaders, below) or ``"dynamic"`` (``Reduce`` and ``Allreduce`` with dynamic leaders,
-    :mod:`.reduce_dynamic`, falling back to the fixed leaders for non-commutative ops).
+    :mod:`.reduce_dynamic`, falling back to the fixed leaders for non-commutative ops; their
+    arguments are checked locally only, whatever ``check_arguments`` says, since an agreement
+    over the communicator would make every rank wait for the last, which dynamic leaders avoid).
     """
 
-    def __init__(self, comm: MPI.Intracomm, ranks_per_node=None, reduce: str = "fixed"):
-        """Split ``comm`` into nodes and leaders (collective over ``comm``); shared memory comes on first use."""
+    def __init__(self, comm: MPI.Intracomm, ranks_per_node=None, check_arguments: bool = False,
+                 reduce: str = "fixed"):
+        """Split ``comm`` into nodes and leaders (collective over ``comm``); shared memory comes on first use.
+
+        ``check_arguments``: before every call, one small allreduce checks that the ranks agree on the
+        root, on the bytes they move and on the counts the root of ``Gatherv`` / ``Scatterv`` gives
+        for each rank; a disagreement raises the same ValueError, naming the argument, on every rank
+        before anything else is sent (without it the checks are local only, see the module docstring).
+        ``reduce``: see the class docstring.
+        """
+        if not isinstance(check_arguments, bool):
+            raise TypeError(f"check_arguments: expected True or False, got {check_arguments!r}")
+        self.check_arguments = check_arguments
         self.comm = comm
         self.layout = NodeLayout.create(comm, ranks_per_node)
         self.data = SharedWindow(self.layout.node_comm)
@@ -142,6 +160,36 @@ class Hierarchy:
         for window in windows:
             window.Sync()
 
+    def _agree(self, arg: str, nbytes=None, root=None, mine=None, expected=None) -> None:
+        """With ``check_arguments``: one Allreduce(MAX) over the communicator comparing ``root``,
+        ``nbytes`` (each given on every rank or on none) and this rank's byte count ``mine`` with
+        the root's ``expected`` per-rank byte counts; every rank raises the same error."""
+        if not self.check_arguments:
+            return
+        p = self.size
+        lowest = numpy.iinfo(numpy.int64).min
+        vector = numpy.full(4 + 2 * p, lowest, dtype=numpy.int64)
+        if root is not None:
+            vector[0:2] = root, -root
+        if nbytes is not None:
+            vector[2:4] = nbytes, -nbytes
+        if mine is not None:
+            vector[4 + self.rank], vector[4 + p + self.rank] = mine, -mine
+        if expected is not None:
+            expected = numpy.asarray(expected, dtype=numpy.int64)
+            vector[4:4 + p] = numpy.maximum(vector[4:4 + p], expected)
+            vector[4 + p:] = numpy.maximum(vector[4 + p:], -expected)
+        MPI.Intracomm.Allreduce(self.comm, MPI.IN_PLACE, vector, op=MPI.MAX)
+        if root is not None and vector[0] != -vector[1]:
+            raise ValueError(f"root: the ranks passed different roots ({-vector[1]} to {vector[0]})")
+        if nbytes is not None and vector[2] != -vector[3]:
+            raise ValueError(f"{arg}: the ranks' buffers hold different numbers of bytes "
+                             f"({-vector[3]} to {vector[2]})")
+        if mine is not None:
+            bad = numpy.flatnonzero(vector[4:4 + p] != -vector[4 + p:]).tolist()
+            if bad:
+                raise ValueError(f"{arg}: the root's counts disagree with those of rank(s) {bad}")
+
     def _check_root(self, root) -> int:
         if not is_integer(root) or not 0 <= root < self.size:
             raise ValueError(f"root: expected a rank in [0, {self.size}), got {root!r}")
@@ -157,6 +205,7 @@ class Hierarchy:
         source, index = self._own_block(sendbuf, received, self.rank, "sendbuf")
         sizes = _block_sizes(received)
         offsets, counts, displs = gather_placement(sizes, self.members)
+        self._agree("recvbuf", nbytes=int(sizes.sum()))
         self._begin()
         shared = self._shared(int(sizes.sum()))
         pack_block(source, index, shared, int(offsets[self.rank]))
@@ -178,6 +227,7 @@ class Hierarchy:
             source, index = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf"), 0
         block = packed_size(source.counts[index], source.types[index])
         offsets, counts, displs = gather_placement(numpy.full(self.size, block, numpy.int64), self.members)
+        self._agree("sendbuf", nbytes=block, root=root)
         self._begin()
         shared = self._shared(block * self.size)
         pack_block(source, index, shared, int(offsets[self.rank]))
@@ -196,6 +246,8 @@ class Hierarchy:
         else:
             source, index = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf"), 0
         mine = packed_size(source.counts[index], source.types[index])
+        self._agree("recvbuf", root=root, mine=mine,
+                    expected=None if received is None else _block_sizes(received))
         self._begin()
         table, totals, base = self._exchange_counts(mine, root, received)
         node_totals = totals
@@ -236,6 +288,7 @@ class Hierarchy:
         else:
             block = packed_size(target.counts[0], target.types[0])
         offsets, counts, displs = gather_placement(numpy.full(self.size, block, numpy.int64), self.members)
+        self._agree("recvbuf", nbytes=block, root=root)
         self._begin()
         shared = self._shared(block * self.size)
         if sent is not None:
@@ -257,6 +310,8 @@ class Hierarchy:
             _check_same(target, mine, "recvbuf", f"sendbuf's block {root}")
         else:
             mine = packed_size(target.counts[0], target.types[0])
+        self._agree("sendbuf", root=root, mine=mine,
+                    expected=None if sent is None else _block_sizes(sent))
         self._begin()
         table, totals, base = self._exchange_counts(mine, root, sent)
         node_totals = totals
@@ -320,6 +375,7 @@ class Hierarchy:
             raise ValueError(f"sendbuf: blocks of {block} bytes, but recvbuf's blocks hold "
                              f"{packed_size(received.counts[0], received.types[0])} bytes")
         sizes = numpy.full((self.node_size, self.size), block, dtype=numpy.int64)
+        self._agree("sendbuf", nbytes=block)
         self._begin()
         self._alltoall_packed(sizes, sizes, sent, received)
 
@@ -361,6 +417,7 @@ class Hierarchy:
         root = self._check_root(root)
         blocks = parse_simple(buf, 1, readonly=self.rank == root, arg="buf")
         nbytes = packed_size(blocks.counts[0], blocks.types[0])
+        self._agree("buf", nbytes=nbytes, root=root)
         self._begin()
         shared = self._shared(nbytes)
         if self.rank == root:
@@ -401,6 +458,7 @@ class Hierarchy:
         else:
             source = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
         count, datatype = source.counts[0], source.types[0]
+        self._agree("sendbuf", nbytes=packed_size(count, datatype), root=root)
         plan = self.reduction_plan(datatype, op)
         if plan is None:
             self.library_calls += 1
@@ -429,6 +487,7 @@ class Hierarchy:
         source = target if is_in_place(sendbuf) else parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
         _check_reduction_pair(source, target)
         count, datatype = target.counts[0], target.types[0]
+        self._agree("sendbuf", nbytes=packed_size(count, datatype))
         plan = self.reduction_plan(datatype, op)
         if plan is None:
             self.library_calls += 1
@@ -462,6 +521,7 @@ class Hierarchy:
             if source_type.Get_size() != datatype.Get_size() or sent != sum(counts):
                 raise ValueError(f"sendbuf: {sent} elements of {source_type.Get_size()} bytes, but the receive "
                                  f"counts add up to {sum(counts)} elements of {datatype.Get_size()} bytes")
+        self._agree("recvcounts", nbytes=packed_size(sum(counts), datatype))
         plan = self.reduction_plan(datatype, op)
         if plan is None:
             self.library_calls += 1
