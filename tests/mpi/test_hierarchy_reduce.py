@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 import sparsecoll
 from sparsecoll.hierarchy import NodeLayout, reduce_dynamic
-from sparsecoll.hierarchy.reduce_dynamic import DynamicReduce, binomial_children, binomial_parent
+from sparsecoll.hierarchy.reduce_dynamic import DynamicReduce
 
 WORLD = MPI.COMM_WORLD
 RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
@@ -94,18 +94,6 @@ def _sleeper(seed: int):
 def _data(call: int, count: int, dtype="i8") -> numpy.ndarray:
     generator = numpy.random.default_rng(1000 * call + RANK)
     return generator.integers(-1000, 1000, size=count).astype(dtype)
-
-
-def test_binomial_tree_shape():
-    for nodes in range(1, 20):
-        for root_node in range(nodes):
-            seen = []
-            for node in range(nodes):
-                for child in binomial_children(node, root_node, nodes):
-                    assert binomial_parent(child, root_node, nodes) == node
-                    seen.append(child)
-            assert sorted(seen) == sorted(set(range(nodes)) - {root_node})
-            assert binomial_parent(root_node, root_node, nodes) == -1
 
 
 @pytest.mark.parametrize("op_name", sorted(OPS))
