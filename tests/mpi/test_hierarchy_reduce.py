@@ -326,3 +326,21 @@ def test_wrap_reduce_option():
     with pytest.raises(ValueError, match="reduce"):
         sparsecoll.wrap(base, reduce="sometimes")
     base.Free()
+
+
+def test_early_ranks_leave_without_waiting_for_the_root(reducer):
+    """The point of section III: a rank that is neither the root nor its node's last arriver
+    returns as soon as its buffer is in shared memory, even while the root is still away: the root's
+    node partners included, which fixed leaders keep at the node barrier until the root comes."""
+    root, away = 0, 0.3
+    before = reducer.stats()["leader_calls"]
+    WORLD.Barrier()
+    if RANK == root:
+        time.sleep(away)
+    start = time.perf_counter()
+    reducer.reduce(numpy.full(3, RANK, dtype="i8"), numpy.empty(3, dtype="i8"), MPI.SUM, root)
+    inside = time.perf_counter() - start
+    led = reducer.stats()["leader_calls"] > before
+    if RANK != root and not led:
+        assert inside < away / 2
+    WORLD.Barrier()

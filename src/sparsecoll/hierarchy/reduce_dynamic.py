@@ -87,7 +87,7 @@ SLOTS = 4
 _COUNTERS_BYTES = ALIGNMENT
 _TICKETS, _REDUCED, _RELEASED = 0, 8, 16
 #: Polling back-off when a rank waits for its turn or for a slot (seconds).
-_FIRST_DELAY, _LONGEST_DELAY = 2e-6, 1e-3
+_FIRST_DELAY, _LONGEST_DELAY = 2e-6, 2.5e-4
 #: Tags after the per-node data tags, per call.
 _ANNOUNCE, _PARENT, _NODE_DONE, _RESULT, _TAGS_AFTER_NODES = 0, 1, 2, 3, 4
 
