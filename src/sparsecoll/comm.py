@@ -29,6 +29,7 @@ from .hierarchy import Hierarchy
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .pattern import family_of
 from .runtime import CommRuntime, Plan, existing_runtime, make_plan, runtime_of
+from .runtime import persistence as levels
 from .topology import PROC_NULL, Topology, from_comm
 from .topology import cartesian as cartesian_topology
 from .topology.cartesian import Grid, check_offsets, grid_of
@@ -274,22 +275,37 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         if calls is None:
             calls = self.__dict__["_sc_calls"] = {}
         runtime = self._sc_attach()
+        if self._sc_plan.persistence.exact_bytes and sendbuf is not None:
+            runtime.exact_bytes_check(collective)(sendbuf, recvbuf)  # before the set-up's own messages
         if not self._sc_plan.auto:
             call = calls[collective] = runtime.call_plan(self._sc_plan, collective)
             return call
         library = self._sc_library_methods(collective)
+        exact = self._sc_plan.persistence.exact_bytes
+        if exact:  # library calls too are held to the weights
+            check = runtime.exact_bytes_check(collective)
+            library = {form: levels.checked_method(method, check) for form, method in library.items()}
         call = calls[collective] = runtime.auto_dispatch(self._sc_plan, collective, library, sendbuf, recvbuf)
         library_only = call.native_forms()
         for form in library_only:
             name = METHOD_NAMES[collective][form]
             if hasattr(MPI.Topocomm, name):
-                self.__dict__[name] = getattr(super(), name)
+                self.__dict__[name] = library[form] if exact else getattr(super(), name)
         for form in ("blocking", "nonblocking"):
             if form not in library_only and call.library_below.get(form):
                 name = METHOD_NAMES[collective][form]
                 self.__dict__[name] = _library_shortcut(call.library_below, form, library[form],
                                                         getattr(type(self), name).__get__(self))
         return call
+
+    def _sc_check_library_calls(self) -> None:
+        """``native`` with ``cdag_exact_byte_communications``: every collective method checks its
+        call against the weights, then calls the library (installed on this wrapper alone)."""
+        for collective, names in METHOD_NAMES.items():
+            def check(sendbuf, recvbuf, collective=collective):  # the runtime may be made later (Idup)
+                self._sc_attach().exact_bytes_check(collective)(sendbuf, recvbuf)
+            for form, method in self._sc_library_methods(collective).items():
+                self.__dict__[names[form]] = levels.checked_method(method, check)
 
     def _sc_library_methods(self, collective: str) -> dict:
         """The library's own method per form for ``collective`` (what ``native`` calls)."""
@@ -307,10 +323,15 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         ``attach``: make its runtime now (collective; not for Idup, whose communicator is
         usable only once its request completes: the first collective call makes it then).
         """
-        new.__dict__.update(_sc_plan=self._sc_plan, _sc_topology=self.topology,
+        plan = self._sc_plan
+        new.__dict__.update(_sc_plan=plan, _sc_topology=self.topology,
                             _sc_hierarchy_options=self._sc_hierarchy_options)
+        if plan.native and plan.persistence.exact_bytes:
+            new._sc_check_library_calls()
         if attach:
-            new._sc_attach()
+            runtime = new._sc_attach()
+            if plan.persistence.strict:  # collective, as at wrap (the level was agreed there)
+                runtime.prepare_strict(plan)
         return new
 
     # -- the collectives ------------------------------------------------------------------------
@@ -636,13 +657,13 @@ class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
 #: what ``algorithm`` may name for an intracommunicator ("auto" is the hierarchical algorithm)
 INTRACOMM_ALGORITHMS = ("auto", "hierarchical", "native")
 #: options of the node structure, accepted by wrap() for every communicator
-HIERARCHY_OPTIONS = ("ranks_per_node", "check_arguments", "reduce")
+HIERARCHY_OPTIONS = ("ranks_per_node", "check_arguments", "inter_node", "reduce")
 
 _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgraphcomm, Distgraphcomm))
 
 
 def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, rebind: bool = False,
-         executor: str = "steps", profile=None, verify_choice: bool = False, **options):
+         executor: str = "steps", profile=None, verify_choice: bool = False, info=None, **options):
     """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll, or an
     intracommunicator so its global collectives run the universal hierarchical algorithm.
 
@@ -652,14 +673,17 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     are ``ranks_per_node=k`` (nodes of ``k`` consecutive ranks, to emulate nodes on one machine;
     default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``),
     ``check_arguments=True`` (one small allreduce per call so that disagreeing roots or counts
-    raise on every rank, see :mod:`sparsecoll.hierarchy.collectives`) and ``reduce="fixed"``
-    (default: fixed leaders) or ``"dynamic"`` (``Reduce`` and ``Allreduce`` with dynamic leaders,
-    :mod:`sparsecoll.hierarchy.reduce_dynamic`; :meth:`hierarchy_stats` reports which). Topology
-    communicators take them too, for their global collectives
+    raise on every rank, see :mod:`sparsecoll.hierarchy.collectives`), ``inter_node`` (a
+    callable that makes, from the leader communicator, the communicator whose collectives the
+    leaders call; default: the library's, see :class:`sparsecoll.hierarchy.Hierarchy`) and
+    ``reduce="fixed"`` (default: fixed leaders) or ``"dynamic"`` (``Reduce`` and ``Allreduce`` with
+    dynamic leaders, :mod:`sparsecoll.hierarchy.reduce_dynamic`; :meth:`hierarchy_stats` reports
+    which). Topology communicators take them too, for their global collectives
     (:class:`GlobalCollectivesMixin`), whose node structure their first global collective makes.
 
-    Collective over ``comm`` the first time a handle is wrapped (it duplicates the
-    communicator for library traffic). The result is an instance of ``comm``'s own
+    Collective over ``comm`` on every call: every rank must call ``wrap`` for the handle, in
+    the same order (the first time it duplicates the communicator for library traffic; every
+    time one allreduce agrees on the info keys). The result is an instance of ``comm``'s own
     mpi4py class sharing its handle. Wrapping a wrapped communicator returns a new
     wrapper with the new algorithm on the same handle and runtime.
     ``algorithm`` is ``"auto"`` or a name from :func:`sparsecoll.algorithms`;
@@ -681,10 +705,36 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     back where the choice loses. auto asks, as MPI libraries do when they pick a collective
     algorithm by message size, that a regular call (allgather, alltoall) passes the same
     block size on every rank; where the first call does not, it decides once for all calls.
+
+    ``info`` (an ``MPI.Info``, a dict of "true"/"false" strings or bools, or None) gives the
+    persistence levels of Hoefler and Schneider, SC12, section II, as their info keys
+    (:mod:`sparsecoll.runtime.persistence`); keys the MPI library kept in ``comm``'s own info
+    (``comm.Get_info()``; MPICH keeps none it does not know) count too, ``info`` winning per key.
+    Unknown keys are ignored; a bad value raises ValueError naming the key. The keys are
+    collective: if the ranks differ, every rank raises ValueError naming the keys that differ,
+    before any other message of this ``wrap``.
+
+    * ``cdag_strict_communication``: only neighborhood collectives run on this communicator.
+      It enables set-up at ``wrap`` (collective): the Patterns of both families, built by the
+      algorithm's protocol where it has one, and the size-pass decisions (``auto``: its cost
+      models), so the first calls send only their own messages and ``plan_stats`` answers
+      before any call. It does NOT fix tag channels or pre-post receives per collective: MPI
+      allows several nonblocking calls of one collective in flight, whose messages must not
+      match each other's receives (:mod:`sparsecoll.runtime.channels`).
+    * ``cdag_exact_byte_communications``: the edge weights (a weighted distributed graph, else
+      ValueError) are the exact bytes per edge and call (out-edge: bytes sent along it;
+      in-edge: bytes received). Every call is checked against them before it sends anything
+      (ValueError naming the key and the first edge that differs), and ``auto`` chooses by
+      the weights' bytes, once for every call.
+    * ``cdag_static_buffers``: every call of a collective uses the same buffers. Recorded in
+      the plan (``plan.persistence.static_buffers``) for executors that register buffers once;
+      the point-to-point executors send the same messages either way.
     """
     wrapper_class = next((wrapper for mpi_class, wrapper in _WRAPPERS if isinstance(comm, mpi_class)), None)
     hierarchy_options = {name: options.pop(name) for name in HIERARCHY_OPTIONS if name in options}
     if wrapper_class is None and isinstance(comm, MPI.Intracomm):
+        if info is not None:
+            raise TypeError("info: the persistence levels are for topology communicators")
         return _wrap_intracomm(comm, algorithm, options, hierarchy_options)
     if wrapper_class is None:
         raise TypeError("comm: expected an mpi4py intracommunicator or topology communicator (Cartcomm, "
@@ -692,12 +742,14 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
     _check_hierarchy_options(hierarchy_options)
-    plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice)
+    persistence = levels.level(info, comm)
+    plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice, persistence)
     if isinstance(comm, NeighborhoodMixin):
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
     runtime = existing_runtime(comm)
     if runtime is None:
         runtime = runtime_of(comm, topology if topology is not None else getattr(comm, "_sc_topology", None))
+    plan = runtime.agree_on_level(plan, options)  # collective, on every wrap: the info keys are collective
     grid_option = plan.options.get(cartesian_topology.GRID_OPTION)
     if grid_option is not None and runtime.topology.offsets is None:
         runtime.set_topology(cartesian_topology.detect(runtime.private, runtime.topology, grid_option))
@@ -705,6 +757,10 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
         wrapper_class = CartNeighborhoodComm
     wrapped = wrapper_class(comm)
     wrapped.__dict__.update(_sc_plan=plan, _sc_runtime=runtime, _sc_hierarchy_options=hierarchy_options)
+    if persistence.strict:
+        runtime.prepare_strict(plan)
+    if plan.native and persistence.exact_bytes:
+        wrapped._sc_check_library_calls()
     return wrapped
 
 
@@ -714,6 +770,9 @@ def _check_hierarchy_options(options: dict) -> None:
         positive_integer(options["ranks_per_node"], "ranks_per_node")
     if not isinstance(options.get("check_arguments", False), bool):
         raise TypeError(f"check_arguments: expected True or False, got {options['check_arguments']!r}")
+    if options.get("inter_node") is not None and not callable(options["inter_node"]):
+        raise TypeError("inter_node: expected a callable taking the leader communicator, "
+                        f"got {options['inter_node']!r}")
     if "reduce" in options and options["reduce"] not in REDUCE_MODES:
         raise ValueError(f"reduce: expected one of {REDUCE_MODES}, got {options['reduce']!r}")
 

@@ -516,3 +516,27 @@ def test_checked_arguments_raise_on_every_rank():
     with pytest.raises(TypeError, match="check_arguments"):
         sparsecoll.wrap(WORLD, check_arguments="yes")
     checked.Free()
+
+
+class CountingIntracomm(MPI.Intracomm):
+    """The leaders' communicator of :func:`test_inter_node_option`: the library's collectives, counted."""
+
+    calls = 0
+
+    def Alltoallv(self, sendbuf, recvbuf):
+        type(self).calls += 1
+        return super().Alltoallv(sendbuf, recvbuf)
+
+
+def test_inter_node_option():
+    """inter_node chooses what the leaders call between nodes."""
+    wrapped = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2, inter_node=CountingIntracomm)
+    send = numpy.arange(SIZE, dtype=numpy.int32) + 10 * RANK
+    recv = numpy.empty(SIZE, dtype=numpy.int32)
+    wrapped.Alltoall(send, recv)
+    assert recv.tolist() == [10 * r + RANK for r in range(SIZE)]
+    assert CountingIntracomm.calls == (1 if RANK % 2 == 0 else 0)  # leaders only
+    assert "CountingIntracomm" in wrapped.hierarchy_stats()["inter_node"]
+    with pytest.raises(TypeError, match="inter_node"):
+        sparsecoll.wrap(WORLD, inter_node=3)
+    wrapped.Free()

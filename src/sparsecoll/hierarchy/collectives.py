@@ -50,7 +50,16 @@ from mpi4py import MPI
 
 from ..buffers import parse_simple, parse_vector
 from ..checks import is_integer
-from .copying import pack, pack_block, packed_size, reduction_element, unpack, unpack_block
+from .copying import (
+    pack,
+    pack_block,
+    pack_blocks,
+    packed_size,
+    reduction_element,
+    unpack,
+    unpack_block,
+    unpack_blocks,
+)
 from .node import NodeLayout, SharedWindow
 from .offsets import (
     aligned,
@@ -65,7 +74,7 @@ from .reduce_dynamic import MODES as REDUCE_MODES
 from .reduce_dynamic import DynamicReduce
 
 BYTE = MPI.BYTE
-#: what the leaders call between nodes (reported by :meth:`Hierarchy.stats`)
+#: what the leaders call between nodes by default (reported by :meth:`Hierarchy.stats`)
 INTER_NODE = "the MPI library's collective on the leader communicator"
 
 
@@ -82,19 +91,28 @@ class Hierarchy:
     (fixed leaders, below) or ``"dynamic"`` (``Reduce`` and ``Allreduce`` with dynamic leaders,
     :mod:`.reduce_dynamic`, falling back to the fixed leaders for non-commutative ops; their
     arguments are checked locally only, whatever ``check_arguments`` says, since an agreement
-    over the communicator would make every rank wait for the last, which dynamic leaders avoid).
+    over the communicator would make every rank wait for the last, which dynamic leaders avoid;
+    their leaders talk point to point along the paper's binomial tree, not through ``inter_node``).
     """
 
     def __init__(self, comm: MPI.Intracomm, ranks_per_node=None, check_arguments: bool = False,
-                 reduce: str = "fixed"):
+                 inter_node=None, reduce: str = "fixed"):
         """Split ``comm`` into nodes and leaders (collective over ``comm``); shared memory comes on first use.
 
         ``check_arguments``: before every call, one small allreduce checks that the ranks agree on the
         root, on the bytes they move and on the counts the root of ``Gatherv`` / ``Scatterv`` gives
         for each rank; a disagreement raises the same ValueError, naming the argument, on every rank
         before anything else is sent (without it the checks are local only, see the module docstring).
+        ``inter_node``: a callable that takes the leader communicator (on the leaders only) and
+        returns the communicator whose ``Allgatherv``, ``Alltoallv``, ``Bcast``, ``Gatherv``,
+        ``Scatterv``, ``Reduce``, ``Allreduce`` and ``Reduce_scatter`` the leaders call (an
+        mpi4py ``Intracomm`` or subclass on the same group, e.g. one running other algorithms);
+        default: the leader communicator itself, i.e. the MPI library's collectives. Every rank
+        must pass the same callable; what it returns is not freed here.
         ``reduce``: see the class docstring.
         """
+        if inter_node is not None and not callable(inter_node):
+            raise TypeError(f"inter_node: expected a callable taking the leader communicator, got {inter_node!r}")
         if not isinstance(check_arguments, bool):
             raise TypeError(f"check_arguments: expected True or False, got {check_arguments!r}")
         self.check_arguments = check_arguments
@@ -107,6 +125,12 @@ class Hierarchy:
         self.node_size = len(self.members[self.layout.node])
         self.position = self.layout.node_rank
         self.leader = self.layout.leader_comm if self.layout.is_leader else None
+        self.inter_node = INTER_NODE
+        if inter_node is not None:
+            name = getattr(inter_node, "__qualname__", type(inter_node).__name__)
+            self.inter_node = f"{name} on the leader communicator"
+            if self.leader is not None:
+                self.leader = inter_node(self.leader)
         self.calls = 0
         self.library_calls = 0
         self._half = 0
@@ -126,7 +150,7 @@ class Hierarchy:
                 "window_bytes": self.data.region_bytes, "count_table_bytes": self.table.region_bytes,
                 "window_regrowths": self.data.regrowths,
                 "memory_model": {MPI.WIN_UNIFIED: "unified", MPI.WIN_SEPARATE: "separate"}.get(model),
-                "inter_node": INTER_NODE, "calls": self.calls, "library_calls": self.library_calls,
+                "inter_node": self.inter_node, "calls": self.calls, "library_calls": self.library_calls,
                 "reduce": "fixed" if self.dynamic is None else "dynamic",
                 **({} if self.dynamic is None else {"dynamic_reduce": self.dynamic.stats()})}
 
@@ -213,8 +237,7 @@ class Hierarchy:
         if self.leader is not None:
             self.leader.Allgatherv(MPI.IN_PLACE, [shared, (counts.tolist(), displs.tolist()), BYTE])
         self._barrier()
-        for r in range(self.size):
-            unpack_block(shared, int(offsets[r]), received, r)
+        unpack_blocks(shared, offsets, received)
 
     def gather(self, sendbuf, recvbuf, root) -> None:
         """``Gather`` (mpi4py's arguments)."""
@@ -233,8 +256,7 @@ class Hierarchy:
         pack_block(source, index, shared, int(offsets[self.rank]))
         self._gather_inter(shared, root, counts, displs)
         if received is not None:
-            for r in range(self.size):
-                unpack_block(shared, int(offsets[r]), received, r)
+            unpack_blocks(shared, offsets, received)
 
     def gatherv(self, sendbuf, recvbuf, root) -> None:
         """``Gatherv`` (mpi4py's arguments): ExchangeCntData, counts known at the root only."""
@@ -258,8 +280,7 @@ class Hierarchy:
         self._gather_inter(shared, root, node_totals, displs, int(table.sum()))
         if received is not None:
             offsets, _, _ = gather_placement(_block_sizes(received), self.members)
-            for r in range(self.size):
-                unpack_block(shared, int(offsets[r]), received, r)
+            unpack_blocks(shared, offsets, received)
 
     def _gather_inter(self, shared, root: int, counts, displs, own_total=None) -> None:
         """Barrier, the leaders' Gatherv to the root's node, barrier."""
@@ -292,8 +313,7 @@ class Hierarchy:
         self._begin()
         shared = self._shared(block * self.size)
         if sent is not None:
-            for r in range(self.size):
-                pack_block(sent, r, shared, int(offsets[r]))
+            pack_blocks(sent, shared, offsets)
         node = self.layout.node
         self._scatter_inter(shared, root, counts, displs, int(displs[node]), int(counts[node]))
         if target is not None:
@@ -319,8 +339,7 @@ class Hierarchy:
         shared = self._shared(int(node_totals.sum()) if node_totals is not None else int(table.sum()))
         if sent is not None:
             offsets, _, _ = gather_placement(_block_sizes(sent), self.members)
-            for r in range(self.size):
-                pack_block(sent, r, shared, int(offsets[r]))
+            pack_blocks(sent, shared, offsets)
         displs = None if node_totals is None else exclusive_sum(node_totals)
         own = int(table.sum())
         self._scatter_inter(shared, root, node_totals, displs, 0, own)
@@ -400,16 +419,14 @@ class Hierarchy:
         recv_total = int(recv_counts.sum())
         shared = self._shared(send_total + recv_total)
         q = self.position
-        for r in range(self.size):
-            pack_block(sent, r, shared, int(send_offsets[q, r]))
+        pack_blocks(sent, shared, send_offsets[q])
         self._barrier()
         if self.leader is not None:
             self.leader.Alltoallv([shared[:send_total], (send_counts.tolist(), send_displs.tolist()), BYTE],
                                   [shared[send_total:send_total + recv_total],
                                    (recv_counts.tolist(), recv_displs.tolist()), BYTE])
         self._barrier()
-        for r in range(self.size):
-            unpack_block(shared, send_total + int(recv_offsets[q, r]), received, r)
+        unpack_blocks(shared, recv_offsets[q], received, send_total)
 
     # -- broadcast ------------------------------------------------------------------------------
     def bcast(self, buf, root) -> None:
@@ -617,6 +634,9 @@ def _parse(spec, blocks: int, vector: bool, readonly: bool, arg: str):
 
 def _block_sizes(blocks) -> numpy.ndarray:
     """Packed bytes of every block of a :class:`sparsecoll.buffers.Blocks`."""
+    first = blocks.types[0] if blocks.types else None
+    if all(t is first for t in blocks.types):
+        return numpy.asarray(blocks.counts, dtype=numpy.int64) * (first.Get_size() if first is not None else 0)
     return numpy.fromiter((packed_size(c, t) for c, t in zip(blocks.counts, blocks.types)),
                           dtype=numpy.int64, count=len(blocks.counts))
 

@@ -29,12 +29,14 @@ def packed_size(count: int, datatype: MPI.Datatype) -> int:
     return int(count) * datatype.Get_size()
 
 
-def pack(address: int, count: int, datatype: MPI.Datatype, out: numpy.ndarray, offset: int) -> int:
-    """Copy ``count`` x ``datatype`` at ``address`` into ``out[offset:]`` packed; returns the bytes written."""
+def pack(address: int, count: int, datatype: MPI.Datatype, out: numpy.ndarray, offset: int,
+         contiguous=None) -> int:
+    """Copy ``count`` x ``datatype`` at ``address`` into ``out[offset:]`` packed; returns the bytes written.
+    ``contiguous``: :func:`is_contiguous` of ``datatype`` if the caller knows it."""
     nbytes = packed_size(count, datatype)
     if nbytes == 0:
         return 0
-    if is_contiguous(datatype):
+    if is_contiguous(datatype) if contiguous is None else contiguous:
         out[offset:offset + nbytes] = numpy.frombuffer(MPI.memory.fromaddress(address, nbytes, readonly=True),
                                                        dtype=_UINT8)
     else:
@@ -44,12 +46,14 @@ def pack(address: int, count: int, datatype: MPI.Datatype, out: numpy.ndarray, o
     return nbytes
 
 
-def unpack(source: numpy.ndarray, offset: int, address: int, count: int, datatype: MPI.Datatype) -> int:
-    """Copy the packed ``count`` x ``datatype`` at ``source[offset:]`` to ``address``; returns the bytes read."""
+def unpack(source: numpy.ndarray, offset: int, address: int, count: int, datatype: MPI.Datatype,
+           contiguous=None) -> int:
+    """Copy the packed ``count`` x ``datatype`` at ``source[offset:]`` to ``address``; returns the bytes read.
+    ``contiguous``: :func:`is_contiguous` of ``datatype`` if the caller knows it."""
     nbytes = packed_size(count, datatype)
     if nbytes == 0:
         return 0
-    if is_contiguous(datatype):
+    if is_contiguous(datatype) if contiguous is None else contiguous:
         numpy.frombuffer(MPI.memory.fromaddress(address, nbytes), dtype=_UINT8)[:] = source[offset:offset + nbytes]
     else:
         extent = datatype.Get_extent()[1]
@@ -66,6 +70,28 @@ def pack_block(blocks, index: int, out: numpy.ndarray, offset: int) -> int:
 def unpack_block(source: numpy.ndarray, offset: int, blocks, index: int) -> int:
     """:func:`unpack` into block ``index`` of a :class:`sparsecoll.buffers.Blocks`."""
     return unpack(source, offset, blocks.address + blocks.displs[index], blocks.counts[index], blocks.types[index])
+
+
+def pack_blocks(blocks, out: numpy.ndarray, offsets, base: int = 0) -> None:
+    """:func:`pack` every block ``i`` of a :class:`sparsecoll.buffers.Blocks` at ``base + offsets[i]``."""
+    contiguous = {}
+    for i, (count, displ, datatype) in enumerate(zip(blocks.counts, blocks.displs, blocks.types)):
+        if count:
+            known = contiguous.get(id(datatype))
+            if known is None:
+                known = contiguous[id(datatype)] = is_contiguous(datatype)
+            pack(blocks.address + displ, count, datatype, out, base + int(offsets[i]), known)
+
+
+def unpack_blocks(source: numpy.ndarray, offsets, blocks, base: int = 0) -> None:
+    """:func:`unpack` every block ``i`` of a :class:`sparsecoll.buffers.Blocks` from ``base + offsets[i]``."""
+    contiguous = {}
+    for i, (count, displ, datatype) in enumerate(zip(blocks.counts, blocks.displs, blocks.types)):
+        if count:
+            known = contiguous.get(id(datatype))
+            if known is None:
+                known = contiguous[id(datatype)] = is_contiguous(datatype)
+            unpack(source, base + int(offsets[i]), blocks.address + displ, count, datatype, known)
 
 
 def reduction_element(datatype: MPI.Datatype):

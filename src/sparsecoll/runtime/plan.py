@@ -10,17 +10,23 @@ from ..model.params import with_loggp_file
 from ..model.profile import BUILTIN, Profile
 from ..model.profile import resolve as resolve_profile
 from ..topology.cartesian import GRID_OPTION
+from .persistence import BLOCK_BYTES_OPTION, NONE, Persistence
 
 
 @dataclass(frozen=True)
 class Plan:
-    """A wrapper's request: algorithm (``"auto"`` or registered), checked options, rebind, executor.
+    """A wrapper's request: algorithm (``"auto"`` or registered), checked options, rebind, executor,
+    and the persistence level of its info keys (:mod:`sparsecoll.runtime.persistence`).
 
     ``key`` identifies everything that shapes the messages, by value, so it is the same
     on every rank: the algorithm, every option but ``grid`` (which only shapes the
-    handle's Topology, kept by the runtime) and the executor. ``profile`` and
-    ``verify_choice`` are ``auto``'s (:mod:`sparsecoll.runtime.auto`); they shape only what
-    auto decides, and its decisions are agreed by every rank, so they are not in the key.
+    handle's Topology, kept by the runtime), the executor and whether
+    ``cdag_exact_byte_communications`` is set (it changes auto's choice and puts a check
+    on every call). ``profile`` and ``verify_choice`` are ``auto``'s
+    (:mod:`sparsecoll.runtime.auto`); they shape only what auto decides, and its decisions
+    are agreed by every rank, so they are not in the key. Neither are the other two keys:
+    ``cdag_strict_communication`` only moves set-up to ``wrap`` and ``cdag_static_buffers``
+    is only recorded; neither changes a message.
     """
 
     algorithm: str
@@ -29,12 +35,13 @@ class Plan:
     executor: str = execute.DEFAULT_EXECUTOR
     profile: Profile = BUILTIN
     verify_choice: bool = False
+    persistence: Persistence = NONE
     key: tuple = field(init=False)
     native: bool = field(init=False)
 
     def __post_init__(self):
         shaping = tuple((name, repr(value)) for name, value in sorted(self.options.items()) if name != GRID_OPTION)
-        object.__setattr__(self, "key", (self.algorithm, shaping, self.executor))
+        object.__setattr__(self, "key", (self.algorithm, shaping, self.executor, self.persistence.exact_bytes))
         runs_library = self.algorithm != algorithms.AUTO and algorithms.get(self.algorithm).runs_library
         object.__setattr__(self, "native", runs_library)
 
@@ -43,17 +50,28 @@ class Plan:
         """Whether the cost model picks the algorithm per call (``"auto"``)."""
         return self.algorithm == algorithms.AUTO
 
+    def sized(self, largest_block: int | None, given: dict) -> Plan:
+        """Under ``cdag_exact_byte_communications``: the plan whose build assumes the weights'
+        largest block (``largest_block``, agreed by every rank) where its algorithm has a
+        block-size option the user did not give; else this plan."""
+        if (largest_block is None or largest_block < 1 or self.auto or BLOCK_BYTES_OPTION in given
+                or BLOCK_BYTES_OPTION not in algorithms.get(self.algorithm).options):
+            return self
+        return replace(self, options=MappingProxyType({**self.options, BLOCK_BYTES_OPTION: int(largest_block)}))
+
     def resolved(self, algorithm: str) -> Plan:
         """The plan that runs ``algorithm`` with this plan's options (what ``auto`` hands a call to)."""
         return replace(self, algorithm=algorithm)
 
 
 def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
-              executor: str = execute.DEFAULT_EXECUTOR, profile=None, verify_choice: bool = False) -> Plan:
+              executor: str = execute.DEFAULT_EXECUTOR, profile=None, verify_choice: bool = False,
+              persistence: Persistence = NONE) -> Plan:
     """Check a wrapper's arguments (raising before any message is sent) and make its Plan.
 
     ``profile``: ``auto``'s profile (a path or a Profile; default: see
     :func:`sparsecoll.model.profile.resolve`), read here so a bad file raises at ``wrap``.
+    ``persistence``: the level of the wrapper's info keys (:func:`.persistence.level`).
     """
     algorithms.check_name(algorithm)
     execute.get(executor)
@@ -63,7 +81,8 @@ def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
         raise TypeError(f"verify_choice: expected a bool, got {type(verify_choice).__name__}")
     checked = algorithms.check_options(algorithm, with_loggp_file(options), size)
     chosen_profile = resolve_profile(profile) if algorithm == algorithms.AUTO else BUILTIN
-    return Plan(algorithm, MappingProxyType(dict(checked)), rebind, executor, chosen_profile, verify_choice)
+    return Plan(algorithm, MappingProxyType(dict(checked)), rebind, executor, chosen_profile, verify_choice,
+                persistence)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
