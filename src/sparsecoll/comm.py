@@ -26,6 +26,7 @@ from mpi4py import MPI
 from .buffers import parse_simple
 from .checks import is_integer, positive_integer
 from .hierarchy import Hierarchy
+from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .pattern import family_of
 from .runtime import CommRuntime, Plan, existing_runtime, make_plan, runtime_of
 from .runtime import persistence as levels
@@ -665,7 +666,7 @@ INTRACOMM_ALGORITHMS = ("auto", "hierarchical", "native")
 #: what a topology communicator's global collectives run (wrap's ``global_collectives``)
 GLOBAL_COLLECTIVES = ("library", "hierarchical")
 #: options of the node structure, accepted by wrap() for every communicator
-HIERARCHY_OPTIONS = ("ranks_per_node", "check_arguments", "inter_node")
+HIERARCHY_OPTIONS = ("ranks_per_node", "check_arguments", "inter_node", "reduce")
 
 _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgraphcomm, Distgraphcomm))
 
@@ -679,15 +680,17 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     (collective: it makes the node and leader communicators); ``algorithm`` is ``"auto"`` or
     ``"hierarchical"`` (the same), or ``"native"`` (the library's own collectives); the options
     are ``ranks_per_node=k`` (nodes of ``k`` consecutive ranks, to emulate nodes on one machine;
-    default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``) and
+    default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``),
     ``check_arguments=True`` (one small allreduce per call so that disagreeing roots or counts
-    raise on every rank, see :mod:`sparsecoll.hierarchy.collectives`) and ``inter_node`` (a
+    raise on every rank, see :mod:`sparsecoll.hierarchy.collectives`), ``inter_node`` (a
     callable that makes, from the leader communicator, the communicator whose collectives the
-    leaders call; default: the library's, see :class:`sparsecoll.hierarchy.Hierarchy`). A topology
-    communicator's global collectives stay the library's unless ``global_collectives=
-    "hierarchical"`` (measured here on one machine, where the library's collectives already use
-    shared memory, the hierarchical ones are slower: benchmarks/hierarchy); it then takes the
-    same options, and its first global collective makes the node structure
+    leaders call; default: the library's, see :class:`sparsecoll.hierarchy.Hierarchy`) and
+    ``reduce="fixed"`` (default: fixed leaders) or ``"dynamic"`` (``Reduce`` and ``Allreduce`` with
+    dynamic leaders, :mod:`sparsecoll.hierarchy.reduce_dynamic`; :meth:`hierarchy_stats` reports
+    which). A topology communicator's global collectives stay the library's unless
+    ``global_collectives="hierarchical"`` (measured here on one machine, where the library's
+    collectives already use shared memory, the hierarchical ones are slower: benchmarks/hierarchy);
+    it then takes the same options, and its first global collective makes the node structure
     (:class:`GlobalCollectivesMixin`).
 
     Collective over ``comm`` on every call: every rank must call ``wrap`` for the handle, in
@@ -788,6 +791,8 @@ def _check_hierarchy_options(options: dict) -> None:
     if options.get("inter_node") is not None and not callable(options["inter_node"]):
         raise TypeError("inter_node: expected a callable taking the leader communicator, "
                         f"got {options['inter_node']!r}")
+    if "reduce" in options and options["reduce"] not in REDUCE_MODES:
+        raise ValueError(f"reduce: expected one of {REDUCE_MODES}, got {options['reduce']!r}")
 
 
 def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarchy_options: dict) -> Intracomm:

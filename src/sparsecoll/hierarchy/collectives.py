@@ -43,6 +43,8 @@ counts are not compared.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy
 from mpi4py import MPI
 
@@ -68,6 +70,8 @@ from .offsets import (
     gather_placement,
     within_node,
 )
+from .reduce_dynamic import MODES as REDUCE_MODES
+from .reduce_dynamic import DynamicReduce
 
 BYTE = MPI.BYTE
 #: what the leaders call between nodes by default (reported by :meth:`Hierarchy.stats`)
@@ -83,11 +87,16 @@ class Hierarchy:
     """The universal hierarchical collectives of one communicator (collective to make and free).
 
     ``ranks_per_node``: emulate nodes of that many consecutive ranks (see
-    :meth:`NodeLayout.create`); every rank must pass the same value.
+    :meth:`NodeLayout.create`); every rank must pass the same value. ``reduce``: ``"fixed"``
+    (fixed leaders, below) or ``"dynamic"`` (``Reduce`` and ``Allreduce`` with dynamic leaders,
+    :mod:`.reduce_dynamic`, falling back to the fixed leaders for non-commutative ops; their
+    arguments are checked locally only, whatever ``check_arguments`` says, since an agreement
+    over the communicator would make every rank wait for the last, which dynamic leaders avoid;
+    their leaders talk point to point along the paper's binomial tree, not through ``inter_node``).
     """
 
     def __init__(self, comm: MPI.Intracomm, ranks_per_node=None, check_arguments: bool = False,
-                 inter_node=None):
+                 inter_node=None, reduce: str = "fixed"):
         """Split ``comm`` into nodes and leaders (collective over ``comm``); shared memory comes on first use.
 
         ``check_arguments``: before every call, one small allreduce checks that the ranks agree on the
@@ -100,6 +109,7 @@ class Hierarchy:
         mpi4py ``Intracomm`` or subclass on the same group, e.g. one running other algorithms);
         default: the leader communicator itself, i.e. the MPI library's collectives. Every rank
         must pass the same callable; what it returns is not freed here.
+        ``reduce``: see the class docstring.
         """
         if inter_node is not None and not callable(inter_node):
             raise TypeError(f"inter_node: expected a callable taking the leader communicator, got {inter_node!r}")
@@ -124,6 +134,12 @@ class Hierarchy:
         self.calls = 0
         self.library_calls = 0
         self._half = 0
+        if reduce not in REDUCE_MODES:
+            raise ValueError(f"reduce: expected one of {REDUCE_MODES}, got {reduce!r}")
+        self.dynamic = None
+        if reduce == "dynamic":
+            self.dynamic = DynamicReduce(MPI.Intracomm(comm), self.layout, partial(self.reduce, fixed=True),
+                                         partial(self.allreduce, fixed=True), "fixed leaders")
 
     # -- introspection and lifetime ---------------------------------------------------------------
     def stats(self) -> dict:
@@ -134,10 +150,14 @@ class Hierarchy:
                 "window_bytes": self.data.region_bytes, "count_table_bytes": self.table.region_bytes,
                 "window_regrowths": self.data.regrowths,
                 "memory_model": {MPI.WIN_UNIFIED: "unified", MPI.WIN_SEPARATE: "separate"}.get(model),
-                "inter_node": self.inter_node, "calls": self.calls, "library_calls": self.library_calls}
+                "inter_node": self.inter_node, "calls": self.calls, "library_calls": self.library_calls,
+                "reduce": "fixed" if self.dynamic is None else "dynamic",
+                **({} if self.dynamic is None else {"dynamic_reduce": self.dynamic.stats()})}
 
     def free(self) -> None:
         """Free the shared windows and the node and leader communicators (collective)."""
+        if self.dynamic is not None:
+            self.dynamic.free()
         self.table.free()
         self.data.free()
         self.layout.free()
@@ -441,8 +461,11 @@ class Hierarchy:
             return None
         return element
 
-    def reduce(self, sendbuf, recvbuf, op, root) -> bool:
-        """``Reduce`` (mpi4py's arguments); False when the library must run it (see :meth:`reduction_plan`)."""
+    def reduce(self, sendbuf, recvbuf, op, root, *, fixed: bool = False) -> bool:
+        """``Reduce`` (mpi4py's arguments); False when the library must run it (see :meth:`reduction_plan`).
+        With ``reduce="dynamic"`` (unless ``fixed``) the dynamic leaders' reduce runs it."""
+        if self.dynamic is not None and not fixed:
+            return self.dynamic.reduce(sendbuf, recvbuf, op, root)
         root = self._check_root(root)
         target = None
         if self.rank == root:
@@ -472,8 +495,11 @@ class Hierarchy:
             unpack(result, 0, target.address + target.displs[0], count, datatype)
         return True
 
-    def allreduce(self, sendbuf, recvbuf, op) -> bool:
-        """``Allreduce`` (mpi4py's arguments); False when the library must run it."""
+    def allreduce(self, sendbuf, recvbuf, op, *, fixed: bool = False) -> bool:
+        """``Allreduce`` (mpi4py's arguments); False when the library must run it.
+        With ``reduce="dynamic"`` (unless ``fixed``) the dynamic leaders' allreduce runs it."""
+        if self.dynamic is not None and not fixed:
+            return self.dynamic.allreduce(sendbuf, recvbuf, op)
         target = parse_simple(recvbuf, 1, readonly=False, arg="recvbuf")
         source = target if is_in_place(sendbuf) else parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
         _check_reduction_pair(source, target)
