@@ -146,3 +146,23 @@ def test_noncontiguous_nodes_deliver():
 def test_bad_options_name_the_argument(options, message):
     with pytest.raises(ValueError, match=message):
         check_options(NAME, options, 8)
+
+
+def test_auto_considers_it_only_on_several_nodes():
+    from sparsecoll.model import choice
+    from sparsecoll.model.profile import BUILTIN
+    topologies = list(generate("moore:D=2,R=2", 16).topologies())
+    load = BUILTIN.load_for(1.0)
+    one_node, four_nodes = placement.Placement(16), placement.Placement(4)
+    for family in ("allgather", "alltoall"):
+        assert NAME not in choice.candidates(topologies[0], family)
+        assert NAME not in choice.local_costs(topologies[0], family, {}, load, one_node, {})
+        costs = choice.local_costs(topologies[0], family, {}, load, four_nodes, {})
+        assert costs[NAME].estimated
+        built = build(generate("moore:D=2,R=2", 16), family, 4).patterns
+        for topology, pattern in zip(topologies, built):
+            # node-mates of a stencil have alike traffic, so the estimate charges this rank's real messages
+            estimate = choice.estimate_node_aware(topology, family, {}, load, four_nodes)
+            real = choice.pattern_cost(pattern, load, four_nodes)
+            assert (estimate.steps, estimate.messages) == (real.steps, real.messages)
+            assert estimate.per_byte == pytest.approx(real.per_byte)

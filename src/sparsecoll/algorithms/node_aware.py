@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..pattern import Message, Pattern, Step
+from ..pattern import ALLGATHER, Message, Pattern, Step, gather_item
 from ..topology import PROC_NULL, Topology
 from ..topology.placement import override as placement_override
 from ..topology.placement import resolve as resolve_placement
@@ -131,6 +131,33 @@ def exchange_node_view(channel: ProtocolChannel, rank: int, members, nodes, bloc
             channel.send(views[member], member, TAG_DOWN)
     channel.finish()
     return views[rank]
+
+
+def assumed_view(topology: Topology, family: str, nodes) -> dict:
+    """The agent view this rank would get if every node-mate had its cross-node traffic
+    (:func:`exchange_node_view`'s result without communicating): what a cost estimate charges
+    before the protocol has run. In the allgather family each node-mate sends its own block and
+    needs the blocks this rank needs (as node-mates of a stencil do); in the alltoall family it
+    sends and needs as many blocks as this rank, blocks of its own (made distinct by its rank)."""
+    members = node_members(nodes)
+    node = nodes[topology.rank]
+
+    def alike(items, own) -> dict:
+        return {member: own(member, items) for member in members[node]} if items else {}
+
+    def distinct(member, items):
+        return tuple((member, *item) for item in items)
+
+    view = {}
+    for other, (sent, needed) in cross_node_blocks(topology, family, nodes).items():
+        if agent(members, node, other) != topology.rank:
+            continue
+        if family == ALLGATHER:
+            view[other] = (alike(sent, lambda member, items: (gather_item(member),)),
+                           alike(needed, lambda member, items: items))
+        else:
+            view[other] = (alike(sent, distinct), alike(needed, distinct))
+    return view
 
 
 def _messages(by_peer: dict) -> tuple:
@@ -217,4 +244,5 @@ ALGORITHM = Algorithm(
     options={"ranks_per_socket": None, "sockets_per_node": None, "inter": "direct"},
     check=check_options,
     builds_locally=False,
+    needs_nodes=True,
 )
