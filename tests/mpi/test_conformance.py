@@ -168,6 +168,8 @@ VARIANTS = {
     "common_neighbor": ({"coloring": True},),
     # no latency and no tolerance: hands messages off wherever X >= 2 (uneven graphs from 5 ranks on)
     "loggp_tree": ({"L": 0.0, "t": 0},),
+    # nodes of 2 ranks (the last one alone at 3 and 5 ranks): gather, one message per node pair, scatter
+    "node_aware": ({"ranks_per_socket": 2},),
 }
 
 
