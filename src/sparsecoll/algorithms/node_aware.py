@@ -39,16 +39,22 @@ ranks of one node, which MPI libraries carry as copies through shared memory (MP
 Open MPI's shared-memory transports); the executors need nothing special for them, so
 every executor (``steps``, ``dag``, ``rma``) runs this Pattern and ``verify`` proves it.
 
-Composition at the inter-node level (option ``inter``): ``"direct"`` (one message per node
-pair, the scheme above) is the only value. Scheduling step 2 by ``common_neighbor`` or
-``distance_halving`` on the node-level graph does not fit a Pattern cleanly: both forward
-aggregates through intermediate nodes, and an item of a Pattern is held by one rank, while
-the aggregates a node forwards arrive at and leave from different agents (one per node
-pair), so every forwarding round would need another intra-node hand-over step between the
-agents of the relaying node; and in the allgather family the aggregates of one node for two
-destination nodes overlap (a block bound for both), so a block routed through one relay
-along two node-level routes arrives there twice, which the item-level IR forbids and which
-would double its bytes.
+Composition at the inter-node level (registry: the option ``inter`` of this entry, e.g.
+``node_aware+inter=direct`` on the command line): ``"direct"`` (one message per node pair,
+the scheme above) is the only value implemented. Scheduling step 2 by ``common_neighbor``
+(alltoall and allgather) or ``distance_halving`` (allgather) on the node-level graph is not
+done, for three reasons. (1) Those algorithms forward through intermediate nodes, and a node
+pair's aggregate arrives at a relaying node at one agent and leaves it from another (the
+agent of the next pair), so every forwarding round needs an intra-node hand-over step between
+the relay's agents (three steps become ``2k + 1`` for ``k`` node-level rounds), or one leader
+per node carries every pair, which gives up spreading the pairs over the node's ranks.
+(2) In the allgather family the aggregates one node sends to two nodes overlap (a block
+bound for both), so they are not node-level items of their own: routed through one relay
+along two node-level routes, a block arrives there twice, which the IR forbids (``verify``)
+and which doubles its bytes; a node-level allgather instead would carry blocks to nodes that
+do not need them. (3) Their builders' protocols would run on a node-level communicator of
+agents with a node-level topology (``Split`` plus a graph communicator built on the fly),
+which the simulator's virtual communicator does not offer.
 """
 
 from __future__ import annotations
@@ -230,8 +236,8 @@ def check_options(options: dict, size: int) -> dict:
     inter = options.get("inter", "direct")
     if inter not in INTER_SCHEDULES:
         raise ValueError(f"inter: expected one of {list(INTER_SCHEDULES)}, got {inter!r} (scheduling the "
-                         f"node-level exchange by a forwarding algorithm needs intra-node hand-overs between "
-                         f"its rounds: see sparsecoll.algorithms.node_aware)")
+                         f"node-level exchange by a forwarding algorithm is not implemented: see the docstring "
+                         f"of sparsecoll.algorithms.node_aware)")
     return options
 
 
