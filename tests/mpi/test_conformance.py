@@ -173,6 +173,11 @@ VARIANTS = {
 }
 
 
+#: Algorithms whose default options give another algorithm's Pattern on this one-node machine, so
+#: that only their VARIANTS run (node_aware on one node is direct; CI time).
+VARIANTS_ONLY = {"node_aware"}
+
+
 def _fits(options: dict, size: int) -> bool:
     L, S = options.get("ranks_per_socket", 1), options.get("sockets_per_node", 1)
     return L <= size and S <= -(-size // L)
@@ -189,7 +194,8 @@ def wrapped_algorithms(raw, topology, rma_executors=RMA_EXECUTORS) -> list:
             continue
         others = sorted(set(EXECUTORS) - {DEFAULT_EXECUTOR} - (set(RMA_EXECUTORS) - set(rma_executors)))
         executors = [None] if alg.runs_library else [None, *others]
-        for options in ({}, *(v for v in VARIANTS.get(name, ()) if _fits(v, raw.Get_size()))):
+        defaults = () if name in VARIANTS_ONLY else ({},)
+        for options in (*defaults, *(v for v in VARIANTS.get(name, ()) if _fits(v, raw.Get_size()))):
             for executor in executors:
                 chosen = {**options, **({"executor": executor} if executor else {})}
                 label = name + (f"{chosen}" if chosen else "")
