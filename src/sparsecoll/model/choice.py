@@ -23,7 +23,10 @@ Candidates are every registered algorithm that supports the topology and family,
 build their Pattern locally are charged on that Pattern. Those that build it by a
 protocol (``common_neighbor``, ``distance_halving``) are first charged on an *estimate* from
 cheap local statistics (:data:`ESTIMATORS`; their papers' own counts), and on their real
-Pattern once it is built. ``loggp_tree`` (SC12 tree transformations) is not a candidate: what
+Pattern once it is built. ``node_aware`` is estimated on this rank's share of its own Pattern
+as if every node-mate had this rank's cross-node traffic, and is a candidate only where the
+placement has more than one node (on one node it is ``direct``, so the choice is unchanged).
+``loggp_tree`` (SC12 tree transformations) is not a candidate: what
 it builds depends on the out-degrees of all ranks (which ranks are heavy, which light, who
 pairs with whom), which no rank sees locally, so there is no honest local estimate (on a
 graph without a heavy rank it is ``direct``, on a hot spot a tree). Name it explicitly
@@ -45,12 +48,14 @@ Pattern. A candidate replaces ``native`` only where it is predicted at most
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy
 
 from .. import algorithms
+from ..algorithms import node_aware
 from ..execute.p2p import wire_runs
 from ..pattern import Pattern
 from . import paper2023
@@ -186,17 +191,35 @@ def estimate_distance_halving(topology, family: str, options: dict, load: Load, 
     return _estimate(load, _mean_level(topology, load, placement), int(halvings) + 1, sends, items)
 
 
+def estimate_node_aware(topology, family: str, options: dict, load: Load, placement) -> Cost:
+    """Locality-aware aggregation on ``placement``'s nodes: this rank's gather sends and scatter
+    receives exactly, and the node pairs it serves as agent as if each node-mate sent and needed
+    what this rank does (:func:`sparsecoll.algorithms.node_aware.assumed_view`)."""
+    nodes = tuple(placement.node(rank) for rank in range(topology.size))
+    pattern = node_aware.node_aware_pattern(topology, family, nodes, node_aware.assumed_view(topology, family, nodes))
+    return dataclasses.replace(pattern_cost(pattern, load, placement), estimated=True)
+
+
 #: Cheap predictions of the algorithms that build their Pattern by a protocol (a protocol algorithm
 #: without one, ``loggp_tree``, is not a candidate: see the module docstring).
-ESTIMATORS = {"common_neighbor": estimate_common_neighbor, "distance_halving": estimate_distance_halving}
+ESTIMATORS = {"common_neighbor": estimate_common_neighbor, "distance_halving": estimate_distance_halving,
+              "node_aware": estimate_node_aware}
 
 
-def candidates(topology, family: str) -> list:
+def several_nodes(topology, placement) -> bool:
+    """Whether ``placement`` spreads ``topology``'s communicator over more than one node."""
+    return placement is not None and placement.node(topology.size - 1) > 0
+
+
+def candidates(topology, family: str, placement=None) -> list:
     """The algorithms ``auto`` considers for ``family`` on ``topology``: ``native`` first, then every
-    registered algorithm that supports them and can be predicted (built locally, or estimated)."""
+    registered algorithm that supports them and can be predicted (built locally, or estimated);
+    those that need several nodes only where ``placement`` has them."""
     names = [NATIVE]
     for name, algorithm in algorithms.REGISTRY.items():
         if algorithm.runs_library or algorithm.unsupported_reason(topology, family) is not None:
+            continue
+        if algorithm.needs_nodes and not several_nodes(topology, placement):
             continue
         if algorithm.builds_locally or name in ESTIMATORS:
             names.append(name)
@@ -240,7 +263,7 @@ def local_costs(topology, family: str, options: dict, load: Load, placement, pat
     only reorders each step's sends and adds ordering dependencies, which leaves every
     peer's message sequence, and so the wire runs this model charges, unchanged."""
     costs = {}
-    for name in candidates(topology, family):
+    for name in candidates(topology, family, placement):
         algorithm = algorithms.get("direct" if name == NATIVE else name)
         pattern = patterns.get(name)
         if pattern is None and algorithm.builds_locally:
