@@ -5,13 +5,13 @@
 # (mpich/, ompi/, common/: mpi4py, platformdirs, greenlet, pymetis) on top of the machine's own
 # Python 3.12 packages (numpy, scipy, rich, matplotlib), and runs sparsecoll from src/.
 # usage: sh benchmarks/16core/run.sh BUDGET_SECONDS [GROUP...]   (matrices in .devdata/)
-# groups, in this order by default: hello calibrate callpath auto dag cg rma sc12
+# groups, in this order by default: hello calibrate callpath auto dag cg rma sc12 hier
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 BUDGET=${1:-500}
 [ $# -gt 0 ] && shift
-WANTED=${*:-hello calibrate callpath auto dag cg rma sc12}
+WANTED=${*:-hello calibrate callpath auto dag cg rma sc12 hier}
 wanted() { case " $WANTED " in *" $1 "*) return 0;; esac; return 1; }
 RES=benchmarks/16core
 WHL=${WHL:-.whl}
@@ -89,6 +89,21 @@ if wanted sc12; then for lib in mpich ompi; do   # SC12 section IV-B workloads a
     N=$(name_of $lib)
     step "$N-sc12-np16" 150 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK env NP=16 REPS=100 RESULTS="$RES/sc12-$N-np16" \
         MATRIX=.devdata/aug2dc_reconstructed.mtx sh benchmarks/sc12/run.sh /tmp/v-$lib $N
+done; fi
+if wanted hier; then for lib in mpich ompi; do   # issue #22: Table I and Table II analogues, emulated nodes
+    N=$(name_of $lib); mkdir -p "$RES/hier-$N"
+    for np in 8 16; do
+        rpn=2,4; [ $np = 16 ] && rpn=2,4,8
+        step "$N-hier-table1-np$np" 120 env $ROOT_OK /tmp/v-$lib/bin/mpiexec -n $np /tmp/v-$lib/bin/python \
+            benchmarks/hierarchy/table1.py --ranks-per-node $rpn --sizes 8,1024,65536 --reps 100 \
+            --csv "$RES/hier-$N/table1-np$np.csv"
+        for collective in reduce allreduce; do
+            step "$N-hier-imbalance-np$np-$collective" 90 env $ROOT_OK /tmp/v-$lib/bin/mpiexec -n $np \
+                /tmp/v-$lib/bin/python benchmarks/hierarchy/imbalance.py --ranks-per-node 4 --kernel spin \
+                --imbalance-ms 0 50 800 --scale 0.01 --sizes 128 2048 32768 524288 --reps 20 \
+                --collective $collective --json "$RES/hier-$N/imbalance-np$np-$collective.json"
+        done
+    done
 done; fi
 rm -f "$RES"/*/*.png "$RES"/*/*/*.png
 echo "== [$(elapsed) s] done"
