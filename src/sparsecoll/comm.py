@@ -173,10 +173,20 @@ class GlobalCollectivesMixin:
             return super().Reduce_scatter(sendbuf, recvbuf, recvcounts, op)
 
 
+class _DefaultPlan:
+    """The plan of a wrapper instance made without :func:`wrap`: ``auto`` with default options for
+    its size, made when read (a non-data descriptor: an instance's own plan, which :func:`wrap`
+    sets, is found first, so calls never reach this). Not made at import, where an environment
+    placement override could not be checked against a communicator."""
+
+    def __get__(self, instance, owner):
+        return self if instance is None else make_plan("auto", {}, False, instance.Get_size())
+
+
 class NeighborhoodMixin(GlobalCollectivesMixin):
     """sparsecoll's neighborhood collectives, mixed into the mpi4py topology classes."""
 
-    _sc_plan: Plan = make_plan("auto", {}, False, 1)
+    _sc_plan: Plan = _DefaultPlan()  # wrap() sets the instance's own
     _sc_runtime: CommRuntime | None = None  # made at wrap (lazily after Idup)
     # global collectives: the library's unless wrap(..., global_collectives="hierarchical") asked
     _sc_global_native = True
