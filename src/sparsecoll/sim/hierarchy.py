@@ -24,7 +24,11 @@ with dynamic leaders (section III) over MPICH in the mean time each rank spends 
   its node's last arrival and, at the last barrier, for its leader's inter-node part) and dynamic
   leaders (section III: a rank reduces its buffer into shared memory on arrival and leaves unless it
   is its node's last arrival or the root; the last arrival of each node joins the binomial tree
-  between nodes, paying control messages to find its parent's current leader).
+  between nodes, paying control messages to find its parent's current leader). Concurrent
+  deposits pipeline through the shared buffer in locked chunks of ``deposit_chunk`` bytes. For
+  Allreduce (not in the paper) each node's last arrival runs the library's Allreduce with the other
+  nodes' (paying the control messages once per recursive-doubling step) and every rank waits on its
+  node for the result.
 
 Everything here is arithmetic on numbers (no MPI); all ranks are powers of two.
 """
@@ -65,6 +69,7 @@ class Params:
     gamma: float = 0.1e-9          # seconds per byte of reduction arithmetic
     eager_limit: int = 65536       # bytes up to which a send completes without its receiver
     control_messages: int = 2      # per inter-node tree edge of dynamic leaders (a request and a reply)
+    deposit_chunk: int = 8192      # bytes a dynamic-leader deposit holds the shared buffer's lock for
 
     def __post_init__(self):
         for name, value in self.__dict__.items():
@@ -410,20 +415,19 @@ def _dynamic_leaders(p, nodes, arrivals, nbytes, allreduce):
     """Exit times with dynamic leaders (section III): deposit on arrival, the last arrival leads."""
     view = _node_view(nodes, arrivals)
     deposit = nbytes * (p.copy + p.gamma)
+    piece = min(nbytes, p.deposit_chunk) * (p.copy + p.gamma)
     order = numpy.argsort(view, axis=1, kind="stable")
     exits = numpy.empty_like(view)
     node_ready = numpy.empty(nodes.count)
-    for n in range(nodes.count):  # deposits serialise on the node's shared buffer
+    for n in range(nodes.count):  # deposits pipeline chunk by chunk through the node's shared buffer
         done = -numpy.inf
         for i in order[n]:
-            done = max(done, view[n, i]) + deposit
+            done = max(view[n, i] + deposit, done + piece)
             exits[n, i] = done
         node_ready[n] = done
     control = p.control_messages * p.alpha_n
     if allreduce:  # every rank waits for the result, which the node's last arrival fetches
-        leaders = _butterfly(p, nodes.leaders(), node_ready,
-                             [(1 << k, nbytes) for k in range(_log2(nodes.count))], reduced=True)
-        leaders += control * _log2(nodes.count)
+        leaders = _mpi_allreduce(p, nodes.leaders(), node_ready, nbytes) + control * _log2(nodes.count)
         return (numpy.maximum(exits, leaders[:, None]) + nbytes * p.copy).ravel()
     leader_exit = _binomial_reduce(p, nodes.leaders(), node_ready, nbytes, edge_extra=control)
     last = order[1:, -1]  # other nodes: the last arrival leads; the root's node: the root
@@ -451,18 +455,18 @@ def times_inside(collective: str, nodes: Nodes, nbytes: int, arrivals, params: P
     return {name: exit - arrivals for name, exit in exits.items()}
 
 
-def mean_times_inside(collective: str, nodes: Nodes, nbytes: int, kernel_seconds: float, repetitions: int = 10,
-                      seed: int = 0, params: Params = Params()) -> dict:
-    """Mean over ranks and repetitions of :func:`times_inside`, arrivals uniform in ``[0, kernel_seconds]``
-    (a fresh draw per repetition from ``numpy.random.default_rng(seed)``)."""
-    if kernel_seconds < 0 or not math.isfinite(kernel_seconds):
-        raise ValueError(f"kernel_seconds: expected a finite non-negative time, got {kernel_seconds!r}")
+def mean_times_inside(collective: str, nodes: Nodes, nbytes: int, imbalance_seconds: float,
+                      repetitions: int = 10, seed: int = 0, params: Params = Params()) -> dict:
+    """Mean over ranks and repetitions of :func:`times_inside`, arrivals uniform in
+    ``[0, imbalance_seconds]`` (a fresh draw per repetition from ``numpy.random.default_rng(seed)``)."""
+    if imbalance_seconds < 0 or not math.isfinite(imbalance_seconds):
+        raise ValueError(f"imbalance_seconds: expected a finite non-negative time, got {imbalance_seconds!r}")
     if repetitions < 1:
         raise ValueError(f"repetitions: expected at least 1, got {repetitions!r}")
     rng = numpy.random.default_rng(seed)
     sums = dict.fromkeys(METHODS, 0.0)
     for _ in range(repetitions):
-        arrivals = rng.uniform(0.0, kernel_seconds, nodes.ranks)
+        arrivals = rng.uniform(0.0, imbalance_seconds, nodes.ranks)
         for name, spent in times_inside(collective, nodes, nbytes, arrivals, params).items():
             sums[name] += spent.mean() / repetitions
     return sums
