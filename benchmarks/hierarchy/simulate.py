@@ -3,7 +3,8 @@
 Table I analogue: the speedup of the universal hierarchical algorithm (section II) over the MPI
 library's flat collectives (MPICH's default algorithms), every collective, at 1024 nodes of 32 ranks.
 Table II analogue: the mean time each rank spends inside a Reduce (and an Allreduce) when ranks
-arrive uniformly at random in [0, T] (a micro-kernel of T ms with random imbalance before each call):
+arrive uniformly at random in [0, spread * T] (a micro-kernel of T ms with random imbalance before
+each call; --spread 1 by default):
 the MPI library, fixed leaders and dynamic leaders (section III), at 256 nodes of 32 ranks and at 16
 ranks as 2, 4 and 8 emulated nodes. The model is ``sparsecoll.sim.hierarchy``; prints Markdown.
 """
@@ -86,11 +87,12 @@ def table_one(nodes: Nodes, blocks: list, params: Params) -> list:
     return lines
 
 
-def table_two(collective: str, nodes: Nodes, sizes: list, kernels_ms: list, repetitions: int, seed: int,
-              params: Params, paper: bool) -> list:
+def table_two(collective: str, nodes: Nodes, sizes: list, kernels_ms: list, spread: float, repetitions: int,
+              seed: int, params: Params, paper: bool) -> list:
     """Markdown lines of one Table II analogue: speedups over the MPI library and the mean times."""
     lines = [f"### Table II analogue: {collective}, {nodes.ranks} ranks as {nodes.count} nodes of "
-             f"{nodes.ranks_per_node}, mean over ranks and {repetitions} repetitions (seed {seed})", "",
+             f"{nodes.ranks_per_node}, arrivals uniform in [0, {spread:g} * kernel], mean over ranks and "
+             f"{repetitions} repetitions (seed {seed})", "",
              "Speedup = mean time inside with the MPI library / with dynamic leaders"
              + (" (paper's Table II in brackets)" if paper else "") + "; then the mean times in ms "
              "(MPI library / fixed leaders / dynamic leaders).", "",
@@ -100,7 +102,7 @@ def table_two(collective: str, nodes: Nodes, sizes: list, kernels_ms: list, repe
     for kernel in kernels_ms:
         speedups, times = [], []
         for size in sizes:
-            mean = mean_times_inside(collective, nodes, size, kernel / 1000, repetitions, seed, params)
+            mean = mean_times_inside(collective, nodes, size, spread * kernel / 1000, repetitions, seed, params)
             text = f"{mean['MPI library'] / mean['dynamic leaders']:.2f}"
             if paper and kernel in PAPER_TABLE_II and size in PAPER_SIZES:
                 text += f" ({PAPER_TABLE_II[kernel][PAPER_SIZES.index(size)]})"
@@ -120,8 +122,11 @@ def main(argv=None) -> None:
     parser.add_argument("--sizes", type=integers, default=list(PAPER_SIZES), help="Table II buffer bytes")
     parser.add_argument("--kernels-ms", type=integers, default=[0, 50, 100, 200, 400, 800],
                         help="Table II micro-kernel times T (arrivals uniform in [0, T])")
+    parser.add_argument("--spread", type=float, default=1.0,
+                        help="arrivals uniform in [0, spread * T] (1: the whole kernel time)")
     parser.add_argument("--repetitions", type=int, default=10, help="Table II draws per cell")
     parser.add_argument("--seed", type=int, default=0, help="Table II random seed")
+    parser.add_argument("--tables", default="1,2", help="which tables: 1, 2 or 1,2")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                         help=f"override a model parameter ({', '.join(f.name for f in dataclasses.fields(Params))})")
     args = parser.parse_args(argv)
@@ -130,10 +135,14 @@ def main(argv=None) -> None:
     lines = ["Model parameters: " + ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(params).items()),
              "", "MPICH thresholds assumed (bytes): "
              + ", ".join(f"{k}={v}" for k, v in MPICH_THRESHOLDS.items()), ""]
-    lines += table_one(args.table_one, args.blocks, params)
-    for nodes in layouts:
+    tables = set(args.tables.split(","))
+    if not tables or tables - {"1", "2"}:
+        raise SystemExit(f"--tables: expected 1, 2 or 1,2, got {args.tables!r}")
+    if "1" in tables:
+        lines += table_one(args.table_one, args.blocks, params)
+    for nodes in layouts if "2" in tables else []:
         for collective in ("Reduce", "Allreduce"):
-            lines += [""] + table_two(collective, nodes, args.sizes, args.kernels_ms, args.repetitions,
+            lines += [""] + table_two(collective, nodes, args.sizes, args.kernels_ms, args.spread, args.repetitions,
                                       args.seed, params, paper=collective == "Reduce" and nodes.ranks == 8192)
     print("\n".join(lines))
 
