@@ -118,3 +118,12 @@ def test_means_are_seeded_and_validated():
         times_inside("Reduce", Nodes(2, 2), 8, [0.0, 0.0])
     with pytest.raises(ValueError, match="alpha_n"):
         Params(alpha_n=-1.0)
+
+
+def test_a_rendezvous_send_waits_for_its_receiver_an_eager_one_does_not():
+    arrivals = [1.0, 0.0]  # the root's node arrives one second after the other node
+    nodes = Nodes(2, 1)
+    eager = times_inside("Reduce", nodes, P.eager_limit, arrivals, P)["dynamic leaders"]
+    rendezvous = times_inside("Reduce", nodes, 2 * P.eager_limit, arrivals, P)["dynamic leaders"]
+    assert eager[1] < 1e-3
+    assert rendezvous[1] > 1.0

@@ -341,10 +341,11 @@ def _binomial_reduce(p, nodes, ready, nbytes, edge_extra=0.0):
     while distance < ranks:
         parents = numpy.arange(0, ranks, 2 * distance)
         children = parents + distance
-        cost = _message_time(p, nbytes, distance >= nodes.ranks_per_node) + edge_extra
+        inter = distance >= nodes.ranks_per_node
+        cost = _message_time(p, nbytes, inter) + edge_extra
         start = ready[children]
-        if nbytes > p.eager_limit:
-            start = numpy.maximum(start, ready[parents]) + p.alpha_n
+        if nbytes > p.eager_limit:  # the receiver's ready-to-send answer first
+            start = numpy.maximum(start, ready[parents]) + (p.alpha_n if inter else p.alpha_s)
         arrived = start + cost
         exits[children] = arrived
         ready[parents] = numpy.maximum(ready[parents], arrived) + nbytes * p.gamma
