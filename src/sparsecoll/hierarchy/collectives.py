@@ -242,12 +242,7 @@ class Hierarchy:
     def gather(self, sendbuf, recvbuf, root) -> None:
         """``Gather`` (mpi4py's arguments)."""
         root = self._check_root(root)
-        received = None
-        if self.rank == root:
-            received = parse_simple(recvbuf, self.size, readonly=False, arg="recvbuf")
-            source, index = self._own_block(sendbuf, received, root, "sendbuf")
-        else:
-            source, index = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf"), 0
+        received, source, index = self._gathered_at_root(sendbuf, recvbuf, root, parse_simple)
         block = packed_size(source.counts[index], source.types[index])
         offsets, counts, displs = gather_placement(numpy.full(self.size, block, numpy.int64), self.members)
         self._agree("sendbuf", nbytes=block, root=root)
@@ -261,12 +256,7 @@ class Hierarchy:
     def gatherv(self, sendbuf, recvbuf, root) -> None:
         """``Gatherv`` (mpi4py's arguments): ExchangeCntData, counts known at the root only."""
         root = self._check_root(root)
-        received = None
-        if self.rank == root:
-            received = parse_vector(recvbuf, self.size, readonly=False, arg="recvbuf")
-            source, index = self._own_block(sendbuf, received, root, "sendbuf")
-        else:
-            source, index = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf"), 0
+        received, source, index = self._gathered_at_root(sendbuf, recvbuf, root, parse_vector)
         mine = packed_size(source.counts[index], source.types[index])
         self._agree("recvbuf", root=root, mine=mine,
                     expected=None if received is None else _block_sizes(received))
@@ -281,6 +271,14 @@ class Hierarchy:
         if received is not None:
             offsets, _, _ = gather_placement(_block_sizes(received), self.members)
             unpack_blocks(shared, offsets, received)
+
+    def _gathered_at_root(self, sendbuf, recvbuf, root: int, parse_received) -> tuple:
+        """``(received, source, index)`` of a gather: the root's ``recvbuf`` parsed by ``parse_received``
+        (None elsewhere) and where this rank's own block is (the root's may be IN_PLACE)."""
+        if self.rank != root:
+            return None, parse_simple(sendbuf, 1, readonly=True, arg="sendbuf"), 0
+        received = parse_received(recvbuf, self.size, readonly=False, arg="recvbuf")
+        return (received, *self._own_block(sendbuf, received, root, "sendbuf"))
 
     def _gather_inter(self, shared, root: int, counts, displs, own_total=None) -> None:
         """Barrier, the leaders' Gatherv to the root's node, barrier."""
