@@ -360,3 +360,15 @@ def test_repeated_calls_on_the_same_arrays_parse_once_and_notice_changes(monkeyp
             displs[:] = [1, 0]
     finally:
         graph.Free()
+
+
+def test_import_does_not_check_a_placement_override():
+    """``SPARSECOLL_PLACEMENT`` is checked against a communicator when one is wrapped, not at import
+    (it once raised there: a default plan was made for a 1-rank communicator)."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "SPARSECOLL_PLACEMENT": "2x1"}
+    done = subprocess.run([sys.executable, "-c", "import sparsecoll"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr

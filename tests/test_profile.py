@@ -41,6 +41,10 @@ def test_a_profile_file_round_trips(tmp_path):
     (lambda d: d["loads"][0].__setitem__("ranks_per_core", 0), "loads[0].ranks_per_core"),
     (lambda d: d.__setitem__("loads", []), "loads"),
     (lambda d: d.__setitem__("format", 99), "format"),
+    (lambda d: d["loads"][0]["rma"].__setitem__("byte_factor", 0), "loads[0].rma.byte_factor"),
+    (lambda d: d["loads"][0]["rma"].__setitem__("byte_factor", -2.0), "loads[0].rma.byte_factor"),
+    (lambda d: d["loads"][0]["rma"].__setitem__("per_message", "cheap"), "loads[0].rma.per_message"),
+    (lambda d: d["loads"][0]["rma"].pop("per_message"), "loads[0].rma.per_message"),
 ])
 def test_bad_profiles_name_the_file_and_the_key(tmp_path, edit, key):
     data = builtin_json()
@@ -160,7 +164,8 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given():
     levels = {level: {"alpha": alpha, "beta": beta, "overhead": overhead} for level in LEVELS}
     levels["self"] = {"alpha": 0.0, "beta": 0.1e-9, "overhead": overhead}
     truth = Load(1.0, levels, {"blocking": 9e-6, "nonblocking": 12e-6, "persistent": 4e-6}, 6e-6,
-                 {"blocking": 5e-6, "nonblocking": 6e-6, "persistent": 3e-6}, 2.5)
+                 {"blocking": 5e-6, "nonblocking": 6e-6, "persistent": 3e-6}, 2.5,
+                 {"per_message": -0.2e-6, "byte_factor": 1.7})
 
     def ring(per_call, edges, block):
         return per_call + alpha + 2 * edges * (overhead + block * beta)
@@ -182,6 +187,11 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given():
                 for block in (small, large):
                     stencil[(name, family, form, block)] = (
                         float(seconds[FORMS.index(form), choice.size_class(block)]), pattern)
+        if family == "alltoall":  # the RMA executor's twin of direct's persistent request
+            seconds = choice.rma_cost(choice.pattern_cost(patterns["direct"], truth), truth.rma).seconds()
+            for block in (small, large):
+                stencil[("direct[rma]", family, "persistent", block)] = (
+                    float(seconds[FORMS.index("persistent"), choice.size_class(block)]), patterns["direct"])
     fitted = fit_profile_load(times, 1.0, "socket", 0.1e-9, alpha + 2 * overhead + small * beta, BUILTIN.loads[0],
                               stencil)
     assert fitted.levels["socket"]["overhead"] == pytest.approx(overhead)
@@ -193,6 +203,47 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given():
         assert fitted.sparsecoll_per_call[form] == pytest.approx(truth.sparsecoll_per_call[form], rel=1e-3)
     assert fitted.sparsecoll_per_step == pytest.approx(truth.sparsecoll_per_step, rel=1e-3)
     assert fitted.combined_factor == pytest.approx(truth.combined_factor, rel=1e-3)
+    assert fitted.rma["per_message"] == pytest.approx(truth.rma["per_message"], rel=1e-3)
+    assert fitted.rma["byte_factor"] == pytest.approx(truth.rma["byte_factor"], rel=1e-3)
+
+
+def test_static_buffers_add_rma_twins_for_persistent_requests_only():
+    """Under cdag_static_buffers every candidate but native has an ``[rma]`` twin, charged from the
+    profile's rma costs for persistent requests and impossible for the other forms; it wins where
+    its costs are low, and is absent without the key or without rma costs in the profile."""
+    from dataclasses import replace
+
+    from sparsecoll.model.profile import FORMS
+    from sparsecoll.topology.cartesian import Grid, offset_topology
+    topology = offset_topology(Grid((4, 4), (True, True)), 5, [(1, 0), (-1, 0), (0, 1), (0, -1)])
+    load = replace(BUILTIN.loads[0], rma={"per_message": 0.0, "byte_factor": 1.0})
+    plain = choice.local_costs(topology, "alltoall", {}, load, None, {})
+    assert not any(name.endswith(choice.RMA_SUFFIX) for name in plain)
+    costs = choice.local_costs(topology, "alltoall", {}, load, None, {}, static_buffers=True)
+    twins = {name for name in costs if name.endswith(choice.RMA_SUFFIX)}
+    assert twins == {name + choice.RMA_SUFFIX for name in plain if name != choice.NATIVE}
+    direct, twin = costs["direct"].seconds(), costs["direct[rma]"].seconds()
+    persistent = FORMS.index("persistent")
+    assert numpy.allclose(twin[persistent], direct[persistent])  # free RMA: the same schedule's time
+    assert numpy.isinf(twin[FORMS.index("blocking")]).all() and numpy.isinf(twin[FORMS.index("nonblocking")]).all()
+    dear = replace(load, rma={"per_message": 1e-6, "byte_factor": 2.0})
+    costly = choice.local_costs(topology, "alltoall", {}, dear, None, {}, static_buffers=True)["direct[rma]"]
+    assert costly.seconds()[persistent][3] == pytest.approx(
+        direct[persistent][3] + 2 * costs["direct"].messages * 1e-6 + costs["direct"].per_byte * choice.CLASS_BYTES[3])
+    # RMA cheaper per message (a difference may be negative, never below zero time) and the library
+    # priced out: a twin wins the persistent form, never the blocking form
+    cheap = replace(load, rma={"per_message": -1.0, "byte_factor": 0.5})
+    costs = choice.local_costs(topology, "alltoall", {}, cheap, None, {}, static_buffers=True)
+    assert (costs["direct[rma]"].seconds()[persistent] >= 0).all()
+    seconds = {name: cost.seconds() for name, cost in costs.items()}
+    seconds[choice.NATIVE] = seconds[choice.NATIVE] + 1.0
+    table = choice.decide(seconds)
+    assert table[persistent][3].endswith(choice.RMA_SUFFIX)
+    assert not any(name.endswith(choice.RMA_SUFFIX) for name in table[FORMS.index("blocking")])
+    assert choice.split_candidate("direct[rma]") == ("direct", "rma")
+    assert choice.split_candidate("direct") == ("direct", None)
+    assert not any(n.endswith(choice.RMA_SUFFIX) for n in choice.local_costs(
+        topology, "alltoall", {}, replace(load, rma=None), None, {}, static_buffers=True))
 
 
 @pytest.mark.timeout(200)

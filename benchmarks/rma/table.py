@@ -1,6 +1,7 @@
 """The RMA study's table: median microseconds of direct[steps], direct[rma], direct[rma_canary] and native.
 
-Run: python benchmarks/rma/table.py   (reads results-*-np*/*/results.json next to this file)
+Run: python benchmarks/rma/table.py [--results DIR]   (reads PREFIX-LIB-npN/*/results.json: results-*-np*
+next to this file by default)
 """
 
 import argparse
@@ -17,8 +18,9 @@ COLUMNS = ("native", "direct[steps]", "direct[rma]", "direct[rma_canary]")
 print("| library | ranks | workload | block | native | steps | rma (PSCW) | rma_canary | rma / steps "
       "| canary / steps |")
 print("|---|---|---|---|---|---|---|---|---|---|")
-for path in sorted(glob.glob(os.path.join(args.results, "results-*-np*", "*", "results.json"))):
-    library, ranks = os.path.basename(os.path.dirname(os.path.dirname(path)))[len("results-"):].rsplit("-np", 1)
+for path in sorted(glob.glob(os.path.join(args.results, "*-np*", "*", "results.json"))):
+    folder = os.path.basename(os.path.dirname(os.path.dirname(path)))  # results-LIB-npN (or rma-LIB-npN)
+    library, ranks = folder.split("-", 1)[1].rsplit("-np", 1)
     workload = os.path.basename(os.path.dirname(path))
     for row in json.load(open(path))["results"]:
         us = {name: row["algorithms"][name]["median"] * 1e6 for name in COLUMNS}

@@ -4,7 +4,7 @@
 # Fig. 9 sparse alltoall A(16 B, p), Figs. 10-11 Cartesian alltoall (2-D 5-point, 4-D 9-point),
 # the hotspot graph (when that spec is registered) and the SpMV halo of aug2dc.
 # usage: sh benchmarks/sc12/run.sh VENV NAME   (e.g. .venv mpich, .venv-ompi openmpi)
-# environment: NP (ranks, default 8), REPS (default 100), MODE (default blocking,persistent),
+# environment: NP (ranks, default 8), REPS (default 100), MODE (default blocking,persistent), RESULTS (folder),
 #              HOTSPOT (its SPEC, default hotspot:), MATRIX (default ../shared/data/matrices/aug2dc_reconstructed.mtx)
 set -e
 VENV=${1:-.venv}
@@ -14,7 +14,7 @@ REPS=${REPS:-100}
 MODE=${MODE:-blocking,persistent}
 HERE=$(dirname "$0")
 ROOT=$(cd "$HERE/../.." && pwd)
-OUT="$HERE/results-$NAME"
+OUT=${RESULTS:-$HERE/results-$NAME}
 HOTSPOT=${HOTSPOT:-hotspot:}
 MATRIX=${MATRIX:-$ROOT/../shared/data/matrices/aug2dc_reconstructed.mtx}
 BENCH="$VENV/bin/sparsecoll bench --np $NP --reps $REPS --mode $MODE --executors steps,dag"

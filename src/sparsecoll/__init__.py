@@ -16,7 +16,7 @@ except PackageNotFoundError:  # pragma: no cover - run from a source tree that w
 
 __all__ = ["wrap", "cart_neighborhood_create", "CartNeighborhoodComm", "algorithms", "executors", "is_wrapped",
            "verify", "VerificationError", "Pattern", "ScheduleRequest", "waitall", "Cartcomm", "Graphcomm",
-           "Distgraphcomm", "__version__"]
+           "Distgraphcomm", "Intracomm", "__version__"]
 
 try:
     from mpi4py import MPI as _MPI  # noqa: F401  (mpi4py loads the MPI library here)
@@ -29,7 +29,7 @@ if _MPI_ERROR is None:
     from . import algorithms as _registry
     from . import execute as _execute
     from .cartcomm import cart_neighborhood_create
-    from .comm import Cartcomm, CartNeighborhoodComm, Distgraphcomm, Graphcomm, NeighborhoodMixin, wrap
+    from .comm import Cartcomm, CartNeighborhoodComm, Distgraphcomm, GlobalCollectivesMixin, Graphcomm, Intracomm, wrap
     from .pattern import Pattern
     from .runtime import ScheduleRequest, waitall
     from .verify import VerificationError, verify
@@ -50,7 +50,7 @@ if _MPI_ERROR is None:
 
     def is_wrapped(comm) -> bool:
         """Whether ``comm`` is a sparsecoll-wrapped communicator."""
-        return isinstance(comm, NeighborhoodMixin)
+        return isinstance(comm, GlobalCollectivesMixin)
 
 else:
     def __getattr__(name: str):

@@ -1,5 +1,6 @@
 """The wrapped communicators: mpi4py topology communicators whose Neighbor_* methods run
-sparsecoll's schedules.
+sparsecoll's schedules, and intracommunicators whose global collectives (as well as the
+topology communicators') run the universal hierarchical algorithm (:mod:`sparsecoll.hierarchy`).
 
 :func:`wrap` returns an instance of a Python subclass of the communicator's own mpi4py
 class (``Cartcomm``, ``Graphcomm`` or ``Distgraphcomm``) sharing its handle, as
@@ -23,9 +24,12 @@ import numpy
 from mpi4py import MPI
 
 from .buffers import parse_simple
-from .checks import is_integer
+from .checks import is_integer, positive_integer
+from .hierarchy import Hierarchy
+from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .pattern import family_of
 from .runtime import CommRuntime, Plan, existing_runtime, make_plan, runtime_of
+from .runtime import persistence as levels
 from .topology import PROC_NULL, Topology, from_comm
 from .topology import cartesian as cartesian_topology
 from .topology.cartesian import Grid, check_offsets, grid_of
@@ -36,11 +40,156 @@ METHOD_NAMES = {collective: {"blocking": f"Neighbor_{collective}", "nonblocking"
                 for collective in ("allgather", "allgatherv", "allgatherw", "alltoall", "alltoallv", "alltoallw")}
 
 
-class NeighborhoodMixin:
+class GlobalCollectivesMixin:
+    """MPI's global collectives run by the universal hierarchical algorithm
+    (:mod:`sparsecoll.hierarchy.collectives`), mixed into every wrapper class.
+
+    Blocking ``Allgather(v)``, ``Alltoall(v)``, ``Reduce_scatter(_block)``, ``Bcast``,
+    ``Scatter(v)``, ``Gather(v)``, ``Reduce`` and ``Allreduce`` keep mpi4py's signatures and
+    semantics. The node structure (node and leader communicators, shared windows) is made by
+    :func:`wrap` for an intracommunicator, else by the first global collective (collective, as
+    every rank makes that call). Everything else, the lowercase pickle-based methods
+    (``allgather``, ``bcast``, ...), the nonblocking and persistent forms, ``Alltoallw`` and the
+    scans included, stays the MPI library's own.
+    """
+
+    _sc_hierarchy: Hierarchy | None = None
+    _sc_hierarchy_options = MappingProxyType({})
+    _sc_global_native = False  # the library's own global collectives (wrap(intracomm, "native"))
+
+    def hierarchy_stats(self) -> dict:
+        """Node count, ranks per node, shared window bytes, the inter-node collective and call counts (local).
+
+        RuntimeError before the node structure was made (by :func:`wrap` for an intracommunicator,
+        by the first global collective on a topology communicator)."""
+        hierarchy = self.__dict__.get("_sc_hierarchy")
+        if hierarchy is None and self._sc_global_native:
+            raise RuntimeError("hierarchy_stats(): this communicator's global collectives are the library's "
+                               "(wrap a topology communicator with global_collectives='hierarchical')")
+        if hierarchy is None:
+            raise RuntimeError("hierarchy_stats(): no node structure on this communicator yet; "
+                               "call a global collective (e.g. Allreduce) on every rank first")
+        return hierarchy.stats()
+
+    def _sc_hier(self) -> Hierarchy | None:
+        """The node structure (made collectively on first use); None for the library's collectives."""
+        if self._sc_global_native:
+            return None
+        hierarchy = self.__dict__.get("_sc_hierarchy")
+        if hierarchy is None:
+            hierarchy = self.__dict__["_sc_hierarchy"] = Hierarchy(self, **self._sc_hierarchy_options)
+        return hierarchy
+
+    def _sc_free_hierarchy(self) -> None:
+        hierarchy = self.__dict__.pop("_sc_hierarchy", None)
+        if hierarchy is not None:
+            hierarchy.free()
+
+    def Allgather(self, sendbuf, recvbuf) -> None:
+        """Gather one block from every rank into every rank's ``recvbuf`` (``sendbuf`` may be IN_PLACE)."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Allgather(sendbuf, recvbuf)
+        hierarchy.allgather(sendbuf, recvbuf, vector=False)
+
+    def Allgatherv(self, sendbuf, recvbuf) -> None:
+        """Allgather with per-rank counts and displacements in ``recvbuf``."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Allgatherv(sendbuf, recvbuf)
+        hierarchy.allgather(sendbuf, recvbuf, vector=True)
+
+    def Alltoall(self, sendbuf, recvbuf) -> None:
+        """Send block k of ``sendbuf`` to rank k, receive block k of ``recvbuf`` from rank k."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Alltoall(sendbuf, recvbuf)
+        hierarchy.alltoall(sendbuf, recvbuf)
+
+    def Alltoallv(self, sendbuf, recvbuf) -> None:
+        """Alltoall with per-rank counts and displacements (known only to the ranks that pass them)."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Alltoallv(sendbuf, recvbuf)
+        hierarchy.alltoallv(sendbuf, recvbuf)
+
+    def Bcast(self, buf, root: int = 0) -> None:
+        """Broadcast ``buf`` from ``root`` to every rank."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Bcast(buf, root)
+        hierarchy.bcast(buf, root)
+
+    def Gather(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Gather one block from every rank at ``root`` (``sendbuf`` may be IN_PLACE at the root)."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Gather(sendbuf, recvbuf, root)
+        hierarchy.gather(sendbuf, recvbuf, root)
+
+    def Gatherv(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Gather with per-rank counts and displacements known at ``root``."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Gatherv(sendbuf, recvbuf, root)
+        hierarchy.gatherv(sendbuf, recvbuf, root)
+
+    def Scatter(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Send block k of ``root``'s ``sendbuf`` to rank k (``recvbuf`` may be IN_PLACE at the root)."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Scatter(sendbuf, recvbuf, root)
+        hierarchy.scatter(sendbuf, recvbuf, root)
+
+    def Scatterv(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Scatter with per-rank counts and displacements known at ``root``."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return super().Scatterv(sendbuf, recvbuf, root)
+        hierarchy.scatterv(sendbuf, recvbuf, root)
+
+    def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root: int = 0) -> None:
+        """Reduce every rank's ``sendbuf`` with ``op`` into ``root``'s ``recvbuf`` (IN_PLACE at the root)."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None or not hierarchy.reduce(sendbuf, recvbuf, op, root):
+            return super().Reduce(sendbuf, recvbuf, op, root)
+
+    def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
+        """Reduce every rank's ``sendbuf`` with ``op`` into every rank's ``recvbuf`` (``sendbuf`` may be IN_PLACE)."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None or not hierarchy.allreduce(sendbuf, recvbuf, op):
+            return super().Allreduce(sendbuf, recvbuf, op)
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
+        """Reduce, then scatter equal blocks: rank k gets block k of the result."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None or not hierarchy.reduce_scatter(sendbuf, recvbuf, None, op, block=True):
+            return super().Reduce_scatter_block(sendbuf, recvbuf, op)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM) -> None:
+        """Reduce, then scatter blocks of ``recvcounts[k]`` elements: rank k gets block k of the result."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None or not hierarchy.reduce_scatter(sendbuf, recvbuf, recvcounts, op, block=False):
+            return super().Reduce_scatter(sendbuf, recvbuf, recvcounts, op)
+
+
+class _DefaultPlan:
+    """The plan of a wrapper instance made without :func:`wrap`: ``auto`` with default options for
+    its size, made when read (a non-data descriptor: an instance's own plan, which :func:`wrap`
+    sets, is found first, so calls never reach this). Not made at import, where an environment
+    placement override could not be checked against a communicator."""
+
+    def __get__(self, instance, owner):
+        return self if instance is None else make_plan("auto", {}, False, instance.Get_size())
+
+
+class NeighborhoodMixin(GlobalCollectivesMixin):
     """sparsecoll's neighborhood collectives, mixed into the mpi4py topology classes."""
 
-    _sc_plan: Plan = make_plan("auto", {}, False, 1)
+    _sc_plan: Plan = _DefaultPlan()  # wrap() sets the instance's own
     _sc_runtime: CommRuntime | None = None  # made at wrap (lazily after Idup)
+    # global collectives: the library's unless wrap(..., global_collectives="hierarchical") asked
+    _sc_global_native = True
     _sc_topology: Topology | None = None  # given to wrap, used when the runtime is made lazily
     _sc_calls = MappingProxyType({})  # collective -> CallPlan, per wrapper (see _sc_prepare)
 
@@ -74,12 +223,13 @@ class NeighborhoodMixin:
         return self._sc_topology if self._sc_topology is not None else from_comm(self)
 
     def resolved_algorithm(self, collective: str, block_bytes: int = 8, form: str = "blocking") -> str:
-        """The algorithm a call of ``collective`` runs (local). ``auto``: for a call of ``form`` with
-        blocks of ``block_bytes`` bytes, once the first call of ``collective`` has decided (else RuntimeError)."""
+        """The algorithm a call of ``collective`` runs (local). ``auto``: the candidate a call of ``form``
+        with blocks of ``block_bytes`` bytes runs (an algorithm name, or ``"name[rma]"`` for its schedule
+        on the RMA executor), once the first call of ``collective`` has decided (else RuntimeError)."""
         family_of(collective)
         if not self._sc_plan.auto:
             return self._sc_plan.algorithm
-        return self.plan_stats(collective, block_bytes=block_bytes, form=form)["algorithm"]
+        return self.plan_stats(collective, block_bytes=block_bytes, form=form)["auto"]["algorithm"]
 
     def pattern(self, collective: str):
         """This rank's Pattern for ``collective``'s family (collective: call it on every rank).
@@ -141,22 +291,37 @@ class NeighborhoodMixin:
         if calls is None:
             calls = self.__dict__["_sc_calls"] = {}
         runtime = self._sc_attach()
+        if self._sc_plan.persistence.exact_bytes and sendbuf is not None:
+            runtime.exact_bytes_check(collective)(sendbuf, recvbuf)  # before the set-up's own messages
         if not self._sc_plan.auto:
             call = calls[collective] = runtime.call_plan(self._sc_plan, collective)
             return call
         library = self._sc_library_methods(collective)
+        exact = self._sc_plan.persistence.exact_bytes
+        if exact:  # library calls too are held to the weights
+            check = runtime.exact_bytes_check(collective)
+            library = {form: levels.checked_method(method, check) for form, method in library.items()}
         call = calls[collective] = runtime.auto_dispatch(self._sc_plan, collective, library, sendbuf, recvbuf)
         library_only = call.native_forms()
         for form in library_only:
             name = METHOD_NAMES[collective][form]
             if hasattr(MPI.Topocomm, name):
-                self.__dict__[name] = getattr(super(), name)
+                self.__dict__[name] = library[form] if exact else getattr(super(), name)
         for form in ("blocking", "nonblocking"):
             if form not in library_only and call.library_below.get(form):
                 name = METHOD_NAMES[collective][form]
                 self.__dict__[name] = _library_shortcut(call.library_below, form, library[form],
                                                         getattr(type(self), name).__get__(self))
         return call
+
+    def _sc_check_library_calls(self) -> None:
+        """``native`` with ``cdag_exact_byte_communications``: every collective method checks its
+        call against the weights, then calls the library (installed on this wrapper alone)."""
+        for collective, names in METHOD_NAMES.items():
+            def check(sendbuf, recvbuf, collective=collective):  # the runtime may be made later (Idup)
+                self._sc_attach().exact_bytes_check(collective)(sendbuf, recvbuf)
+            for form, method in self._sc_library_methods(collective).items():
+                self.__dict__[names[form]] = levels.checked_method(method, check)
 
     def _sc_library_methods(self, collective: str) -> dict:
         """The library's own method per form for ``collective`` (what ``native`` calls)."""
@@ -174,9 +339,16 @@ class NeighborhoodMixin:
         ``attach``: make its runtime now (collective; not for Idup, whose communicator is
         usable only once its request completes: the first collective call makes it then).
         """
-        new.__dict__.update(_sc_plan=self._sc_plan, _sc_topology=self.topology)
+        plan = self._sc_plan
+        new.__dict__.update(_sc_plan=plan, _sc_topology=self.topology,
+                            _sc_hierarchy_options=self._sc_hierarchy_options,
+                            _sc_global_native=self._sc_global_native)
+        if plan.native and plan.persistence.exact_bytes:
+            new._sc_check_library_calls()
         if attach:
-            new._sc_attach()
+            runtime = new._sc_attach()
+            if plan.persistence.strict:  # collective, as at wrap (the level was agreed there)
+                runtime.prepare_strict(plan)
         return new
 
     # -- the collectives ------------------------------------------------------------------------
@@ -380,6 +552,7 @@ class NeighborhoodMixin:
 
     def Free(self) -> None:
         """Free the communicator and everything sparsecoll attached to it (collective)."""
+        self._sc_free_hierarchy()
         self.__dict__.pop("_sc_runtime", None)
         self.__dict__.pop("_sc_calls", None)
         super().Free()  # deletes the attribute, which frees the runtime
@@ -473,15 +646,67 @@ def _listed(weights):
     return None if weights is None else list(weights)
 
 
+class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
+    """An intracommunicator whose global collectives run the universal hierarchical algorithm."""
+
+    def _sc_adopt(self, new):
+        """Wrap a communicator made from this one (collective) with the same options."""
+        return wrap(new, "native" if self._sc_global_native else "hierarchical", **self._sc_hierarchy_options)
+
+    def Dup(self, info=None):
+        """Duplicate the communicator (collective); the copy runs the same global collectives."""
+        return self._sc_adopt(super().Dup(info))
+
+    def Dup_with_info(self, info):
+        """Duplicate with ``info`` (collective); the copy runs the same global collectives."""
+        return self._sc_adopt(super().Dup_with_info(info))
+
+    def Clone(self):
+        """Clone the communicator (collective); the copy runs the same global collectives."""
+        return self._sc_adopt(super().Clone())
+
+    def Free(self) -> None:
+        """Free the shared windows, the node and leader communicators, then the communicator (collective)."""
+        self._sc_free_hierarchy()
+        super().Free()
+
+
+#: what ``algorithm`` may name for an intracommunicator ("auto" is the hierarchical algorithm)
+INTRACOMM_ALGORITHMS = ("auto", "hierarchical", "native")
+#: what a topology communicator's global collectives run (wrap's ``global_collectives``)
+GLOBAL_COLLECTIVES = ("library", "hierarchical")
+#: options of the node structure, accepted by wrap() for every communicator
+HIERARCHY_OPTIONS = ("ranks_per_node", "check_arguments", "inter_node", "reduce")
+
 _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgraphcomm, Distgraphcomm))
 
 
 def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, rebind: bool = False,
-         executor: str = "steps", profile=None, verify_choice: bool = False, executor_options=None, **options):
-    """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll.
+         executor: str = "steps", profile=None, verify_choice: bool = False, info=None,
+         executor_options=None, **options):
+    """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll, or an
+    intracommunicator so its global collectives run the universal hierarchical algorithm.
 
-    Collective over ``comm`` the first time a handle is wrapped (it duplicates the
-    communicator for library traffic). The result is an instance of ``comm``'s own
+    An intracommunicator (not a topology one) gives an :class:`Intracomm` on the same handle
+    (collective: it makes the node and leader communicators); ``algorithm`` is ``"auto"`` or
+    ``"hierarchical"`` (the same), or ``"native"`` (the library's own collectives); the options
+    are ``ranks_per_node=k`` (nodes of ``k`` consecutive ranks, to emulate nodes on one machine;
+    default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``),
+    ``check_arguments=True`` (one small allreduce per call so that disagreeing roots or counts
+    raise on every rank, see :mod:`sparsecoll.hierarchy.collectives`), ``inter_node`` (a
+    callable that makes, from the leader communicator, the communicator whose collectives the
+    leaders call; default: the library's, see :class:`sparsecoll.hierarchy.Hierarchy`) and
+    ``reduce="fixed"`` (default: fixed leaders) or ``"dynamic"`` (``Reduce`` and ``Allreduce`` with
+    dynamic leaders, :mod:`sparsecoll.hierarchy.reduce_dynamic`; :meth:`hierarchy_stats` reports
+    which). A topology communicator's global collectives stay the library's unless
+    ``global_collectives="hierarchical"`` (measured here on one machine, where the library's
+    collectives already use shared memory, the hierarchical ones are slower: benchmarks/hierarchy);
+    it then takes the same options, and its first global collective makes the node structure
+    (:class:`GlobalCollectivesMixin`).
+
+    Collective over ``comm`` on every call: every rank must call ``wrap`` for the handle, in
+    the same order (the first time it duplicates the communicator for library traffic; every
+    time one allreduce agrees on the info keys). The result is an instance of ``comm``'s own
     mpi4py class sharing its handle. Wrapping a wrapped communicator returns a new
     wrapper with the new algorithm on the same handle and runtime.
     ``algorithm`` is ``"auto"`` or a name from :func:`sparsecoll.algorithms`;
@@ -504,25 +729,95 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     back where the choice loses. auto asks, as MPI libraries do when they pick a collective
     algorithm by message size, that a regular call (allgather, alltoall) passes the same
     block size on every rank; where the first call does not, it decides once for all calls.
+
+    ``info`` (an ``MPI.Info``, a dict of "true"/"false" strings or bools, or None) gives the
+    persistence levels of Hoefler and Schneider, SC12, section II, as their info keys
+    (:mod:`sparsecoll.runtime.persistence`); keys the MPI library kept in ``comm``'s own info
+    (``comm.Get_info()``; MPICH keeps none it does not know) count too, ``info`` winning per key.
+    Unknown keys are ignored; a bad value raises ValueError naming the key. The keys are
+    collective: if the ranks differ, every rank raises ValueError naming the keys that differ,
+    before any other message of this ``wrap``.
+
+    * ``cdag_strict_communication``: only neighborhood collectives run on this communicator.
+      It enables set-up at ``wrap`` (collective): the Patterns of both families, built by the
+      algorithm's protocol where it has one, and the size-pass decisions (``auto``: its cost
+      models), so the first calls send only their own messages and ``plan_stats`` answers
+      before any call. It does NOT fix tag channels or pre-post receives per collective: MPI
+      allows several nonblocking calls of one collective in flight, whose messages must not
+      match each other's receives (:mod:`sparsecoll.runtime.channels`).
+    * ``cdag_exact_byte_communications``: the edge weights (a weighted distributed graph, else
+      ValueError) are the exact bytes per edge and call (out-edge: bytes sent along it;
+      in-edge: bytes received). Every call is checked against them before it sends anything
+      (ValueError naming the key and the first edge that differs), and ``auto`` chooses by
+      the weights' bytes, once for every call.
+    * ``cdag_static_buffers``: every call of a collective uses the same buffers. ``auto`` then
+      also considers every candidate's schedule on the ``rma`` executor (``"direct[rma]"``, ...)
+      for persistent requests, from the profile's ``rma`` costs; otherwise recorded in the plan
+      (``plan.persistence.static_buffers``): the point-to-point executors send the same messages
+      either way.
     """
     wrapper_class = next((wrapper for mpi_class, wrapper in _WRAPPERS if isinstance(comm, mpi_class)), None)
+    hierarchy_options = {name: options.pop(name) for name in HIERARCHY_OPTIONS if name in options}
+    global_collectives = options.pop("global_collectives", "library")
+    if wrapper_class is None and isinstance(comm, MPI.Intracomm):
+        if info is not None:
+            raise TypeError("info: the persistence levels are for topology communicators")
+        return _wrap_intracomm(comm, algorithm, options, hierarchy_options)
     if wrapper_class is None:
-        raise TypeError("comm: expected an mpi4py topology communicator (Cartcomm, Graphcomm or "
-                        f"Distgraphcomm), got {type(comm).__name__}")
+        raise TypeError("comm: expected an mpi4py intracommunicator or topology communicator (Cartcomm, "
+                        f"Graphcomm or Distgraphcomm), got {type(comm).__name__}")
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
-    plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice,
+    _check_hierarchy_options(hierarchy_options)
+    if global_collectives not in GLOBAL_COLLECTIVES:
+        raise ValueError(f"global_collectives: expected one of {GLOBAL_COLLECTIVES}, got {global_collectives!r}")
+    persistence = levels.level(info, comm)
+    plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice, persistence,
                      executor_options)
     if isinstance(comm, NeighborhoodMixin):
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
     runtime = existing_runtime(comm)
     if runtime is None:
         runtime = runtime_of(comm, topology if topology is not None else getattr(comm, "_sc_topology", None))
+    plan = runtime.agree_on_level(plan, options)  # collective, on every wrap: the info keys are collective
     grid_option = plan.options.get(cartesian_topology.GRID_OPTION)
     if grid_option is not None and runtime.topology.offsets is None:
         runtime.set_topology(cartesian_topology.detect(runtime.private, runtime.topology, grid_option))
     if wrapper_class is Distgraphcomm and cartesian_topology.is_cartesian(runtime.topology):
         wrapper_class = CartNeighborhoodComm
     wrapped = wrapper_class(comm)
-    wrapped.__dict__.update(_sc_plan=plan, _sc_runtime=runtime)
+    wrapped.__dict__.update(_sc_plan=plan, _sc_runtime=runtime, _sc_hierarchy_options=hierarchy_options,
+                            _sc_global_native=global_collectives == "library")
+    if persistence.strict:
+        runtime.prepare_strict(plan)
+    if plan.native and persistence.exact_bytes:
+        wrapped._sc_check_library_calls()
+    return wrapped
+
+
+def _check_hierarchy_options(options: dict) -> None:
+    """Check the node structure's options where every rank passed them (no communication)."""
+    if options.get("ranks_per_node") is not None:
+        positive_integer(options["ranks_per_node"], "ranks_per_node")
+    if not isinstance(options.get("check_arguments", False), bool):
+        raise TypeError(f"check_arguments: expected True or False, got {options['check_arguments']!r}")
+    if options.get("inter_node") is not None and not callable(options["inter_node"]):
+        raise TypeError("inter_node: expected a callable taking the leader communicator, "
+                        f"got {options['inter_node']!r}")
+    if "reduce" in options and options["reduce"] not in REDUCE_MODES:
+        raise ValueError(f"reduce: expected one of {REDUCE_MODES}, got {options['reduce']!r}")
+
+
+def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarchy_options: dict) -> Intracomm:
+    """:func:`wrap` for a plain intracommunicator: collective (it makes the node structure)."""
+    if comm == MPI.COMM_NULL:
+        raise ValueError("comm: is MPI.COMM_NULL")
+    if algorithm not in INTRACOMM_ALGORITHMS:
+        raise ValueError(f"algorithm: an intracommunicator takes one of {INTRACOMM_ALGORITHMS}, got {algorithm!r}")
+    if options:
+        raise TypeError(f"options: an intracommunicator takes only {HIERARCHY_OPTIONS}, got {sorted(options)}")
+    _check_hierarchy_options(hierarchy_options)
+    wrapped = Intracomm(comm)
+    wrapped.__dict__.update(_sc_hierarchy_options=hierarchy_options, _sc_global_native=algorithm == "native")
+    wrapped._sc_hier()
     return wrapped

@@ -135,8 +135,9 @@ def chord_graph():
 
 
 #: wrapped communicators whose schedules take 2 or more steps at 4 ranks (common_neighbor
-#: needs theta=1 to find friends on so few ranks, distance_halving one rank per socket), two
-#: of them also on the RMA executors (a forwarded item is put once its own arrival was seen)
+#: needs theta=1 to find friends on so few ranks, distance_halving one rank per socket,
+#: node_aware nodes of two ranks), two of them also on the RMA executors (a forwarded item is
+#: put once its own arrival was seen)
 MULTI_STEP = {
     "cartesian": lambda: moore_neighborhood(algorithm="cartesian"),
     "cartesian[rma]": lambda: moore_neighborhood(algorithm="cartesian", executor="rma"),
@@ -147,6 +148,7 @@ MULTI_STEP = {
     "common_neighbor[rma_canary]": lambda: sparsecoll.wrap(chord_graph(), "common_neighbor", theta=1,
                                                            executor="rma_canary"),
     "distance_halving": lambda: moore_neighborhood(algorithm="distance_halving", ranks_per_socket=1),
+    "node_aware": lambda: sparsecoll.wrap(chord_graph(), "node_aware", ranks_per_socket=min(2, SIZE)),
 }
 
 
@@ -986,7 +988,7 @@ if os.environ.get("SPARSECOLL_ADVERSARIAL_ALGORITHMS"):  # narrow the programs (
     ALGORITHMS = sorted(set(ALGORITHMS) & set(os.environ["SPARSECOLL_ADVERSARIAL_ALGORITHMS"].split(",")))
 CARTESIAN_ONLY = {"cartesian", "cartesian_trivial"}
 ALLGATHER_ONLY = {"distance_halving"}
-MULTI_STEP_NAMES = {"cartesian", "common_neighbor", "distance_halving", "loggp_tree"}
+MULTI_STEP_NAMES = {"cartesian", "common_neighbor", "distance_halving", "loggp_tree", "node_aware"}
 WITH_AUTO = "auto" in os.environ.get("SPARSECOLL_ADVERSARIAL_ALGORITHMS", "auto")
 SHAPES = ("graph", "graph", "cart_neighborhood", "cart_neighborhood", "cartcomm")
 
@@ -1056,7 +1058,7 @@ def wrappers(draw, names: list, size: int):
         theta = draw(st.sampled_from([None, 1, 1, 2]))
         if theta is not None:
             options["theta"] = theta
-    elif name == "distance_halving":
+    elif name in ("distance_halving", "node_aware"):  # node_aware: nodes of ranks_per_socket ranks
         ranks_per_socket = draw(st.sampled_from([None, 1, 1, 2]))
         if ranks_per_socket is not None and ranks_per_socket <= size:
             options["ranks_per_socket"] = ranks_per_socket

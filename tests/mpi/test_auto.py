@@ -245,3 +245,36 @@ def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
                 first = False
         assert comm.plan_stats("alltoall", block_bytes=4096)["algorithm"] == "direct"
         assert_same_on_every_rank(comm.plan_stats("alltoall", block_bytes=1024)["algorithm"])
+
+
+def test_static_buffers_let_auto_run_persistent_requests_on_the_rma_executor():
+    """cdag_static_buffers with a profile under which RMA is cheaper per message: persistent requests
+    run a schedule on the RMA executor (bit for bit the library's data), blocking and nonblocking
+    calls never do, and the same profile without the key never considers it."""
+    from dataclasses import replace
+    base = scaled_profile(per_call=1.0, per_step=1.0, overhead=30.0)
+    profile = Profile((replace(base.loads[0], rma={"per_message": -1.0, "byte_factor": 0.5}),), source="test")
+    ring = WORLD.Create_dist_graph_adjacent([(RANK - 1) % SIZE, (RANK + 1) % SIZE],
+                                            [(RANK + 1) % SIZE, (RANK - 1) % SIZE], reorder=False)
+    raw = ring  # every rank sends messages (on one rank, copies to itself)
+    try:
+        comm = sparsecoll.wrap(raw, profile=profile, info={"cdag_static_buffers": "true"})
+        plain = sparsecoll.wrap(raw, profile=profile)
+        for collective in ("alltoall", "allgather"):
+            for form in ("persistent", "blocking", "nonblocking"):
+                got, expected = exchange(comm, raw, collective, 64, form)
+                assert numpy.array_equal(got, expected), (collective, form)
+            chosen = {form: comm.resolved_algorithm(collective, block_bytes=64, form=form)
+                      for form in ("blocking", "nonblocking", "persistent")}
+            assert_same_on_every_rank(chosen)
+            if SIZE > 1:  # on one rank every edge is a local copy: no message for RMA to save, a tie
+                assert chosen["persistent"].endswith("[rma]"), (collective, chosen)  # (kept on the step executor)
+            assert not chosen["blocking"].endswith("[rma]") and not chosen["nonblocking"].endswith("[rma]")
+            exchange(plain, raw, collective, 64, "persistent")
+            assert not plain.resolved_algorithm(collective, block_bytes=64, form="persistent").endswith("[rma]")
+        stats = comm.plan_stats("alltoall", block_bytes=64, form="persistent")
+        assert any("rma executor" in note for note in stats["persistence"]["enabled"])
+        if SIZE > 1:
+            assert stats["executor"].startswith("rma") and not stats["algorithm"].endswith("[rma]")
+    finally:
+        raw.Free()

@@ -171,7 +171,14 @@ VARIANTS = {
     "common_neighbor": ({"coloring": True},),
     # no latency and no tolerance: hands messages off wherever X >= 2 (uneven graphs from 5 ranks on)
     "loggp_tree": ({"L": 0.0, "t": 0},),
+    # nodes of 2 ranks (the last one alone at 3 and 5 ranks): gather, one message per node pair, scatter
+    "node_aware": ({"ranks_per_socket": 2},),
 }
+
+
+#: Algorithms whose default options give another algorithm's Pattern on this one-node machine, so
+#: that only their VARIANTS run (node_aware on one node is direct; CI time).
+VARIANTS_ONLY = {"node_aware"}
 
 
 def _fits(options: dict, size: int) -> bool:
@@ -190,7 +197,8 @@ def wrapped_algorithms(raw, topology, rma_executors=RMA_EXECUTORS, rtr_tree=None
             continue
         others = sorted(set(EXECUTORS) - {DEFAULT_EXECUTOR} - (set(RMA_EXECUTORS) - set(rma_executors)))
         executors = [None] if alg.runs_library else [None, *others]
-        for options in ({}, *(v for v in VARIANTS.get(name, ()) if _fits(v, raw.Get_size()))):
+        defaults = () if name in VARIANTS_ONLY else ({},)
+        for options in (*defaults, *(v for v in VARIANTS.get(name, ()) if _fits(v, raw.Get_size()))):
             for executor in executors:
                 chosen = {**options, **({"executor": executor} if executor else {})}
                 if executor in RMA_EXECUTORS and rtr_tree is not None:

@@ -301,7 +301,11 @@ def test_bad_input_raises_before_sending(ring, case, mode):
 
 def test_bad_wrap_arguments(ring):
     with pytest.raises(TypeError, match="comm"):
-        sparsecoll.wrap(WORLD)
+        sparsecoll.wrap(MPI.Group())
+    with pytest.raises(ValueError, match="algorithm"):
+        sparsecoll.wrap(WORLD, "direct")  # an intracommunicator runs the hierarchical or the library's collectives
+    with pytest.raises(TypeError, match="options"):
+        sparsecoll.wrap(WORLD, no_such_option=1)
     with pytest.raises(ValueError, match="algorithm"):
         sparsecoll.wrap(ring, "no_such_algorithm")
     with pytest.raises(TypeError, match="option"):

@@ -19,7 +19,7 @@ the one place that builds a Pattern and applies them.
 
 from __future__ import annotations
 
-from . import cartesian, coloring, common_neighbor, direct, distance_halving, loggp_tree, native
+from . import cartesian, coloring, common_neighbor, direct, distance_halving, loggp_tree, native, node_aware
 from .base import Algorithm
 
 #: Every algorithm, by name (the order of ``sparsecoll.algorithms()``).
@@ -31,6 +31,7 @@ REGISTRY: dict = {algorithm.name: algorithm for algorithm in (
     common_neighbor.ALGORITHM,
     distance_halving.ALGORITHM,
     loggp_tree.ALGORITHM,
+    node_aware.ALGORITHM,
 )}
 AUTO = "auto"  # the name that asks the cost model (not an entry)
 

@@ -22,6 +22,8 @@ class Algorithm:
     check: Callable | None = None
     builds_locally: bool = True
     runs_library: bool = False
+    #: Only differs from ``direct`` where the ranks span several nodes: ``auto`` leaves it out on one node.
+    needs_nodes: bool = False
 
     def unsupported_reason(self, topology, family: str) -> str | None:
         """Why this algorithm cannot run ``family`` on ``topology`` (None if it can)."""

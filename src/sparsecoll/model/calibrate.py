@@ -245,5 +245,32 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
         factor = max(factor, 1.0 + extra_factor)
     # the per-call costs fitted so far hold direct's one step: charge it as a step from now on
     per_step = max(per_step, 0.0)
-    return replace(load, sparsecoll_per_step=per_step, combined_factor=min(factor, 100.0),
+    load = replace(load, sparsecoll_per_step=per_step, combined_factor=min(factor, 100.0),
                    sparsecoll_per_call={form: max(cost - per_step, 0.0) for form, cost in ours.items()})
+    return replace(load, rma=fit_rma(stencil, load))
+
+
+def fit_rma(stencil: dict, load) -> dict | None:
+    """The profile's ``rma`` costs from ``direct`` persistent alltoall on the stencil, RMA executor
+    (``"direct[rma]"``) against the step executor at 8 B and 64 KiB (None if not measured).
+
+    With ``m`` the messages a rank sends (as many received) and ``B`` the model's per-byte cost of
+    the schedule, the difference is ``2 m per_message + (byte_factor - 1) B bytes``: two sizes,
+    two unknowns (``byte_factor`` kept within 0.01-100; ``per_message`` is a difference, of
+    either sign).
+    """
+    from .choice import CLASS_BYTES, pattern_cost, size_class
+
+    small, large = PROFILE_SMALL, PROFILE_LARGE
+    keys = [(name, "alltoall", "persistent", block) for name in ("direct[rma]", "direct") for block in (small, large)]
+    if not all(key in stencil for key in keys):
+        return None
+    pattern = stencil[("direct", "alltoall", "persistent", small)][1]
+    cost = pattern_cost(pattern, load)
+    gaps = [stencil[("direct[rma]", "alltoall", "persistent", block)][0]
+            - stencil[("direct", "alltoall", "persistent", block)][0] for block in (small, large)]
+    spread = cost.per_byte * (CLASS_BYTES[size_class(large)] - CLASS_BYTES[size_class(small)])
+    factor = min(max(1.0 + (gaps[1] - gaps[0]) / spread, 0.01), 100.0) if spread > 0 else 1.0
+    small_bytes = CLASS_BYTES[size_class(small)]
+    per_message = (gaps[0] - (factor - 1.0) * cost.per_byte * small_bytes) / max(2 * cost.messages, 1)
+    return {"per_message": per_message, "byte_factor": factor}

@@ -23,11 +23,20 @@ Candidates are every registered algorithm that supports the topology and family,
 build their Pattern locally are charged on that Pattern. Those that build it by a
 protocol (``common_neighbor``, ``distance_halving``) are first charged on an *estimate* from
 cheap local statistics (:data:`ESTIMATORS`; their papers' own counts), and on their real
-Pattern once it is built. ``loggp_tree`` (SC12 tree transformations) is not a candidate: what
+Pattern once it is built. ``node_aware`` is estimated on this rank's share of its own Pattern
+as if every node-mate had this rank's cross-node traffic, and is a candidate only where the
+placement has more than one node (on one node it is ``direct``, so the choice is unchanged).
+``loggp_tree`` (SC12 tree transformations) is not a candidate: what
 it builds depends on the out-degrees of all ranks (which ranks are heavy, which light, who
 pairs with whom), which no rank sees locally, so there is no honest local estimate (on a
 graph without a heavy rank it is ``direct``, on a hot spot a tree). Name it explicitly
 (``algorithm="loggp_tree"``) to run it.
+
+Under ``cdag_static_buffers`` (SC12 section II-C: buffers fixed for the life of a persistent
+request, so RMA windows are registered once) every such candidate ``X`` also has a twin
+``X[rma]``, the same schedule on the RMA executor, charged for persistent requests only
+(:func:`rma_cost`, from the profile's ``rma`` costs); blocking and nonblocking calls register
+their buffers anew each call and never run it.
 
 The choice is made per form and per block-size class (:func:`size_class`) from the
 **maximum over ranks** of each candidate's time (a collective finishes with its slowest
@@ -39,18 +48,23 @@ Pattern. A candidate replaces ``native`` only where it is predicted at most
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy
 
 from .. import algorithms
+from ..algorithms import node_aware
 from ..execute.p2p import wire_runs
 from ..pattern import Pattern
 from . import paper2023
 from .profile import FORMS, Load
 
 NATIVE = "native"
+#: The suffix of a candidate that runs its algorithm's schedule on the RMA executor.
+RMA_SUFFIX = "[rma]"
+RMA_EXECUTOR = "rma"
 #: Block-size classes: class 0 is 0 bytes, class ``k`` holds sizes in ``[2**(k-1), 2**k)``.
 CLASSES = 32
 #: A candidate must be predicted at most this fraction of native's time to replace it.
@@ -177,33 +191,79 @@ def estimate_distance_halving(topology, family: str, options: dict, load: Load, 
     return _estimate(load, _mean_level(topology, load, placement), int(halvings) + 1, sends, items)
 
 
+def estimate_node_aware(topology, family: str, options: dict, load: Load, placement) -> Cost:
+    """Locality-aware aggregation on ``placement``'s nodes: this rank's gather sends and scatter
+    receives exactly, and the node pairs it serves as agent as if each node-mate sent and needed
+    what this rank does (:func:`sparsecoll.algorithms.node_aware.assumed_view`)."""
+    nodes = tuple(placement.node(rank) for rank in range(topology.size))
+    pattern = node_aware.node_aware_pattern(topology, family, nodes, node_aware.assumed_view(topology, family, nodes))
+    return dataclasses.replace(pattern_cost(pattern, load, placement), estimated=True)
+
+
 #: Cheap predictions of the algorithms that build their Pattern by a protocol (a protocol algorithm
 #: without one, ``loggp_tree``, is not a candidate: see the module docstring).
-ESTIMATORS = {"common_neighbor": estimate_common_neighbor, "distance_halving": estimate_distance_halving}
+ESTIMATORS = {"common_neighbor": estimate_common_neighbor, "distance_halving": estimate_distance_halving,
+              "node_aware": estimate_node_aware}
 
 
-def candidates(topology, family: str) -> list:
+def several_nodes(topology, placement) -> bool:
+    """Whether ``placement`` spreads ``topology``'s communicator over more than one node."""
+    return placement is not None and placement.node(topology.size - 1) > 0
+
+
+def candidates(topology, family: str, placement=None) -> list:
     """The algorithms ``auto`` considers for ``family`` on ``topology``: ``native`` first, then every
-    registered algorithm that supports them and can be predicted (built locally, or estimated)."""
+    registered algorithm that supports them and can be predicted (built locally, or estimated);
+    those that need several nodes only where ``placement`` has them."""
     names = [NATIVE]
     for name, algorithm in algorithms.REGISTRY.items():
         if algorithm.runs_library or algorithm.unsupported_reason(topology, family) is not None:
+            continue
+        if algorithm.needs_nodes and not several_nodes(topology, placement):
             continue
         if algorithm.builds_locally or name in ESTIMATORS:
             names.append(name)
     return names
 
 
-def local_costs(topology, family: str, options: dict, load: Load, placement, patterns: dict) -> dict:
+def split_candidate(name: str) -> tuple:
+    """``(algorithm, executor or None)`` of a candidate name (``"direct[rma]"`` -> ``("direct", "rma")``)."""
+    if name.endswith(RMA_SUFFIX):
+        return name[: -len(RMA_SUFFIX)], RMA_EXECUTOR
+    return name, None
+
+
+def rma_cost(cost: Cost, rma: dict) -> Cost:
+    """``cost`` (a schedule on the step executor) run as a persistent request on the RMA executor:
+    every message a rank sends and receives costs ``per_message`` more (a put and its RTR message
+    through the library's RMA path; negative where that is cheaper) and every byte ``byte_factor``
+    times as much; other forms cannot run it (infinite). Never below zero at the smallest class."""
+    extra = 2 * cost.messages * rma["per_message"]
+    floor = -(cost.fixed[FORMS.index("persistent")] + min(cost.by_class))  # keeps every class's time >= 0
+    fixed = tuple(value + max(extra, floor) if form == "persistent" else math.inf
+                  for form, value in zip(FORMS, cost.fixed))
+    return Cost(fixed, cost.per_byte * rma["byte_factor"], cost.steps, cost.messages, cost.estimated, cost.by_class)
+
+
+def candidate_cost(name: str, pattern: Pattern, load: Load, placement) -> Cost:
+    """A candidate's Cost on its built Pattern (an ``[rma]`` twin on the RMA executor)."""
+    if split_candidate(name)[1] == RMA_EXECUTOR:
+        return rma_cost(pattern_cost(pattern, load, placement), load.rma)
+    return pattern_cost(pattern, load, placement, native=name == NATIVE)
+
+
+def local_costs(topology, family: str, options: dict, load: Load, placement, patterns: dict,
+                static_buffers: bool = False) -> dict:
     """``{candidate: Cost}`` for this rank; ``patterns`` holds the Patterns built so far (by name),
-    and gets those of locally built candidates added.
+    and gets those of locally built candidates added. ``static_buffers``: add the ``[rma]`` twin
+    of every candidate but ``native`` where ``load`` has RMA costs.
 
     A locally built candidate is charged on the Pattern its algorithm builds, before the
     transformations of :func:`sparsecoll.algorithms.build_pattern`: ``coloring`` (a protocol)
     only reorders each step's sends and adds ordering dependencies, which leaves every
     peer's message sequence, and so the wire runs this model charges, unchanged."""
     costs = {}
-    for name in candidates(topology, family):
+    for name in candidates(topology, family, placement):
         algorithm = algorithms.get("direct" if name == NATIVE else name)
         pattern = patterns.get(name)
         if pattern is None and algorithm.builds_locally:
@@ -212,6 +272,9 @@ def local_costs(topology, family: str, options: dict, load: Load, placement, pat
             costs[name] = pattern_cost(pattern, load, placement, native=name == NATIVE)
         else:
             costs[name] = ESTIMATORS[name](topology, family, options, load, placement)
+    if static_buffers and load.rma is not None:
+        for name in [name for name in costs if name != NATIVE]:
+            costs[name + RMA_SUFFIX] = rma_cost(costs[name], load.rma)
     return costs
 
 

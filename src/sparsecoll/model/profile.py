@@ -13,7 +13,15 @@ oversubscribed), each with
   multi-step schedule pays between its steps) and ``combined_factor`` (optional, default 1:
   how many times ``beta`` a byte costs in a message that combines several blocks, which the
   library moves as a derived datatype);
-* ``native``: the MPI library's own ``per_call`` cost by form.
+* ``native``: the MPI library's own ``per_call`` cost by form;
+* ``rma`` (optional): what a persistent request costs on the RMA executor
+  (:mod:`sparsecoll.execute.rma`) against the step executor: ``per_message`` (s, for every
+  message a rank sends or receives: a put and its ready-to-receive message instead of a send
+  and a receive; a *difference*, so negative where RMA is cheaper, as on the RDMA networks of
+  SC12 section II-C) and ``byte_factor`` (positive: how many times the step executor's
+  per-byte cost a byte costs as a put). ``auto`` considers that executor only under
+  ``cdag_static_buffers`` and only where a profile has these (the built-in one has
+  conservative values).
 
 :mod:`sparsecoll.model.choice` turns these and a Pattern into a predicted time. Profiles
 are written by ``sparsecoll calibrate`` to :func:`default_path` (the user's cache
@@ -53,13 +61,15 @@ class Load:
     sparsecoll_per_step: float
     native_per_call: dict  # form -> seconds
     combined_factor: float = 1.0
+    rma: dict | None = None  # {"per_message": s (signed), "byte_factor": > 0}, or None: not measured
 
     def to_json(self) -> dict:
         """A JSON-ready dict (the file's ``loads`` entries)."""
         return {"ranks_per_core": self.ranks_per_core, "levels": self.levels,
                 "sparsecoll": {"per_call": self.sparsecoll_per_call, "per_step": self.sparsecoll_per_step,
                                "combined_factor": self.combined_factor},
-                "native": {"per_call": self.native_per_call}}
+                "native": {"per_call": self.native_per_call},
+                **({"rma": self.rma} if self.rma is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -151,13 +161,13 @@ class _Reader:
             self.fail(key, "missing")
         return data[name]
 
-    def number(self, data: dict, name: str, prefix: str) -> float:
+    def number(self, data: dict, name: str, prefix: str, signed: bool = False) -> float:
         value = self.field(data, name, prefix)
         key = f"{prefix}.{name}"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.fail(key, f"expected a number, got {value!r}")
-        if not math.isfinite(value) or value < 0:
-            self.fail(key, f"expected a finite non-negative number, got {value!r}")
+        if not math.isfinite(value) or (value < 0 and not signed):
+            self.fail(key, f"expected a finite {'' if signed else 'non-negative '}number, got {value!r}")
         return float(value)
 
     def per_form(self, data: dict, prefix: str) -> dict:
@@ -179,9 +189,16 @@ class _Reader:
         combined = self.number(ours, "combined_factor", f"{key}.sparsecoll") if "combined_factor" in ours else 1.0
         if combined < 1:
             self.fail(f"{key}.sparsecoll.combined_factor", f"expected at least 1, got {combined!r}")
+        rma = None
+        if "rma" in entry:
+            values = self.mapping(entry["rma"], f"{key}.rma")
+            rma = {"per_message": self.number(values, "per_message", f"{key}.rma", signed=True),
+                   "byte_factor": self.number(values, "byte_factor", f"{key}.rma")}
+            if rma["byte_factor"] == 0:
+                self.fail(f"{key}.rma.byte_factor", "expected a positive number, got 0")
         return Load(ranks_per_core, checked, self.per_form(ours, f"{key}.sparsecoll"),
                     self.number(ours, "per_step", f"{key}.sparsecoll"), self.per_form(library, f"{key}.native"),
-                    combined)
+                    combined, rma)
 
 
 def _level(alpha: float, beta: float, overhead: float) -> dict:
@@ -192,7 +209,9 @@ def _level(alpha: float, beta: float, overhead: float) -> dict:
 #: project's 2-core machine with MPICH 5.0.2 and Open MPI 5.0.11 (benchmarks/auto/profiles/), at
 #: a rank per core and at 4 ranks per core, taking for each cost the side that favours the
 #: library (sparsecoll's costs the larger, the library's the smaller, rounded), so that a
-#: schedule must win clearly before it replaces the library's call.
+#: schedule must win clearly before it replaces the library's call. Its RMA costs are of the
+#: same kind: the RMA study (benchmarks/rma, benchmarks/16core) measured the RMA executor at
+#: 3.5-5.7 x the step executor at 16 B and 1.1-2.7 x at 1 MiB.
 BUILTIN = Profile(
     loads=(
         Load(ranks_per_core=1.0,
@@ -201,14 +220,14 @@ BUILTIN = Profile(
              sparsecoll_per_call={"blocking": 10e-6, "nonblocking": 18e-6, "persistent": 2e-6},
              sparsecoll_per_step=3e-6,
              native_per_call={"blocking": 2e-6, "nonblocking": 2.5e-6, "persistent": 0.3e-6},
-             combined_factor=2.0),
+             combined_factor=2.0, rma={"per_message": 5e-6, "byte_factor": 2.0}),
         Load(ranks_per_core=4.0,
              levels={"self": _level(0.0, 0.1e-9, 1e-6), "socket": _level(20e-6, 0.5e-9, 1e-6),
                      "node": _level(30e-6, 0.6e-9, 1.5e-6), "network": _level(40e-6, 1e-9, 2e-6)},
              sparsecoll_per_call={"blocking": 180e-6, "nonblocking": 200e-6, "persistent": 55e-6},
              sparsecoll_per_step=10e-6,
              native_per_call={"blocking": 60e-6, "nonblocking": 57e-6, "persistent": 21e-6},
-             combined_factor=4.5),
+             combined_factor=4.5, rma={"per_message": 20e-6, "byte_factor": 2.0}),
     ),
     source="built-in conservative profile (run `sparsecoll calibrate` for this machine's)",
 )

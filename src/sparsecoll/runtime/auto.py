@@ -31,6 +31,11 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   ``REPEATS = 8``: the build is a protocol of several rounds, each as costly as a few calls,
   so it pays only in a loop; a signature seen 8 times is a loop, not set-up. ``loggp_tree``
   has no estimate and is not a candidate (:mod:`sparsecoll.model.choice` says why).
+* **Exact bytes** (``cdag_exact_byte_communications``, :mod:`.persistence`): the weights are
+  every call's bytes, so the first call's class comes from the weights (the mean out-edge
+  weight, else in-edge weight), not from the call, and every call is pinned to the largest
+  class over ranks: calls never look at their block size (the check against the weights
+  runs before, on every call).
 * **Online check** (``verify_choice=True``): the first :data:`TRIALS` pairs of blocking calls
   of a class whose choice is not ``native`` alternate the choice and ``native``; each rank
   sums the two times, one allreduce takes the maxima, and the class switches to ``native``
@@ -75,7 +80,7 @@ class FamilyModel:
         self.fault = model.library_fault(runtime.topology, library_name())  # this rank's, agreed at first call
         self.patterns: dict = {}
         self.costs = model.local_costs(runtime.topology, family, dict(plan.options), self.load, self.placement,
-                                       self.patterns)
+                                       self.patterns, plan.persistence.static_buffers)
         self.seconds: dict = {}  # candidate -> max over ranks, array[form, class]
 
     def built(self, name: str) -> bool:
@@ -85,7 +90,7 @@ class FamilyModel:
         """Build a protocol candidate's Pattern (collective) and charge it on its messages (one allreduce)."""
         pattern = self.runtime.pattern(self.plan.resolved(name), collective)
         self.patterns[name] = pattern
-        self.costs[name] = model.pattern_cost(pattern, self.load, self.placement)
+        self.costs[name] = model.candidate_cost(name, pattern, self.load, self.placement)
         worst = numpy.empty((len(FORMS), model.CLASSES))
         self.runtime.private.Allreduce(self.costs[name].seconds(), worst, op=MPI.MAX)
         self.seconds[name] = worst
@@ -95,7 +100,7 @@ class AutoDispatch:
     """Runs one collective of an auto plan on one handle (``runtime`` is itself: it runs the call)."""
 
     def __init__(self, runtime, plan, collective: str, family_model: FamilyModel, native_methods: dict,
-                 local_class: int):
+                 local_class: int, by_weights: bool = False):
         self.collective = collective
         self.runtime = self  # the wrapper calls ``call.runtime.<form>(call, ...)``; this object runs them
         self._comm_runtime = runtime
@@ -106,6 +111,7 @@ class AutoDispatch:
         self._seen: dict = {}  # size class -> calls so far
         self._trials: dict = {}  # size class -> [calls, choice seconds, native seconds]
         self._library_only: set = set()  # forms the wrapper sends straight to the library, for good
+        self.by_weights = by_weights  # cdag_exact_byte_communications: local_class is the weights'
         #: form -> receive-array bytes under which a call goes to the library (see :meth:`_library_limit`);
         #: updated whenever the tables are decided again, so the wrapper's shortcut reads it per call.
         self.library_below: dict = {}
@@ -127,7 +133,8 @@ class AutoDispatch:
             family.seconds[name] = worst[: local.size].reshape(shape)[i]
         lowest, highest, unknown, fault = -worst[-4], worst[-3], worst[-2], worst[-1]
         self.native_allowed = not fault  # the library errs on some rank's neighborhood: never run it
-        per_size = self.collective in REGULAR and not unknown and lowest == highest
+        # exact bytes: every call has the weights' sizes, so one class (the largest over ranks) serves all
+        per_size = self.collective in REGULAR and not unknown and lowest == highest and not self.by_weights
         self.pinned = None if per_size else max(int(highest), 0)
         self.decide()
 

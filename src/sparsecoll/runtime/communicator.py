@@ -18,9 +18,11 @@ from .. import algorithms, execute
 from ..bind import bind, has_transit
 from ..buffers import Blocks, parse_simple, parse_vector, parse_w
 from ..execute import StepExecutor as Executor  # the size pass and request counts use the default
-from ..pattern import family_of, stats
+from ..model.choice import size_class
+from ..pattern import FAMILIES, family_of, stats
 from ..topology import Topology, from_comm
-from .auto import AutoDispatch, FamilyModel, local_class
+from . import persistence as levels
+from .auto import UNKNOWN, AutoDispatch, FamilyModel, local_class
 from .caches import CACHE_SIZE, ParseCache, Recent, call_signature
 from .channels import Channels
 from .plan import CallPlan, Plan
@@ -75,6 +77,8 @@ class CommRuntime:
         # call key -> {channel: idle executor}; an executor in flight is out of its pool
         self._idle = Recent(evict=_free_pool, size=NONBLOCKING_KEYS)
         self.schedules_bound = 0  # bind() calls for collective calls
+        self._exact_checks: dict = {}  # collective -> ExactBytesCheck (cdag_exact_byte_communications)
+        self._prepared: dict = {}  # plan key -> families prepared at wrap (cdag_strict_communication)
         # executor name -> execute.Prepared (a window per RMA variant, opened at the first call plan)
         self._executors: dict = {}
 
@@ -120,6 +124,7 @@ class CommRuntime:
         """
         family = family_of(collective)
         explained = None
+        level = self._persistence_stats(plan, collective)
         if plan.auto:
             dispatch = self._dispatches.get((plan.key, plan.rebind, collective))
             if dispatch is None:
@@ -131,7 +136,7 @@ class CommRuntime:
         pattern = self.built_pattern(plan, collective)
         if pattern is None:
             if explained is not None:  # a protocol candidate auto predicts from an estimate
-                return {"algorithm": plan.algorithm, "family": family, "auto": explained}
+                return {"algorithm": plan.algorithm, "family": family, "auto": explained, "persistence": level}
             raise RuntimeError(
                 f"plan_stats({collective!r}): the {plan.algorithm!r} pattern of the {family} family is built by a "
                 f"collective call; call Neighbor_{collective} (blocking, nonblocking or persistent) or "
@@ -146,7 +151,62 @@ class CommRuntime:
             result.update(prepared.counts(key, pattern, plan.executor_options, self.private.Get_rank()))
         if explained is not None:
             result["auto"] = explained
+        result["persistence"] = level
         return result
+
+    def _persistence_stats(self, plan: Plan, collective: str) -> dict:
+        """``plan_stats``'s ``persistence``: the info keys in force and what each enabled."""
+        auto_class = None
+        if plan.auto and plan.persistence.exact_bytes:
+            dispatch = self._dispatches.get((plan.key, plan.rebind, collective))
+            auto_class = None if dispatch is None else dispatch.pinned
+        block_bytes = None
+        if plan.persistence.exact_bytes and not plan.auto:
+            block_bytes = plan.options.get(levels.BLOCK_BYTES_OPTION)
+        return {"keys": plan.persistence.keys(),
+                "enabled": levels.enabled(plan.persistence, native=plan.native, auto=plan.auto,
+                                          strict_built=self._prepared.get(plan.key, ()), auto_class=auto_class,
+                                          block_bytes=block_bytes)}
+
+    # -- persistence levels (:mod:`.persistence`) --------------------------------------------------
+    def agree_on_level(self, plan: Plan, given_options: dict) -> Plan:
+        """Check that every rank gave ``plan`` the same info keys (collective: one allreduce) and
+        return the plan to run (under exact bytes, sized by the weights: :meth:`.Plan.sized`)."""
+        return plan.sized(levels.agree(self.private, plan.persistence, self.topology), given_options)
+
+    def prepare_strict(self, plan: Plan) -> None:
+        """``cdag_strict_communication`` at wrap (collective): build what the first calls would.
+
+        A registered algorithm gets the call plans of every collective of each family it
+        supports on every rank (its Pattern, built by its protocol where it has one, and the
+        size-pass decision, agreed by one allreduce per Pattern); ``auto`` gets the cost model of
+        both families (placement agreed, local candidates built). The first calls then send
+        only their own messages, and ``plan_stats`` answers before any call.
+        """
+        if plan.native or plan.key in self._prepared:
+            return
+        if plan.auto:
+            for family in FAMILIES:
+                self._family_model(plan, family)
+            self._prepared[plan.key] = FAMILIES
+            return
+        algorithm = algorithms.get(plan.algorithm)
+        local = numpy.array([algorithm.unsupported_reason(self.topology, f) is None for f in FAMILIES],
+                            dtype=numpy.int64)
+        supported = numpy.empty_like(local)
+        self.private.Allreduce(local, supported, op=MPI.MIN)  # the same families on every rank
+        families = tuple(f for f, ok in zip(FAMILIES, supported) if ok)
+        for collective in PARSERS:
+            if family_of(collective) in families:
+                self.call_plan(plan, collective)
+        self._prepared[plan.key] = families
+
+    def exact_bytes_check(self, collective: str) -> levels.ExactBytesCheck:
+        """The check of ``collective``'s calls against the weights (one per collective and handle)."""
+        check = self._exact_checks.get(collective)
+        if check is None:
+            check = self._exact_checks[collective] = levels.ExactBytesCheck(self, collective, PARSERS[collective][1])
+        return check
 
     # -- auto ------------------------------------------------------------------------------------
     def auto_dispatch(self, plan: Plan, collective: str, native_methods: dict, sendbuf, recvbuf) -> AutoDispatch:
@@ -155,13 +215,23 @@ class CommRuntime:
         key = (plan.key, plan.rebind, collective)
         dispatch = self._dispatches.get(key)
         if dispatch is None:
-            family = family_of(collective)
-            model = self._family_models.get((plan.key, family))
-            if model is None:
-                model = self._family_models[(plan.key, family)] = FamilyModel(self, plan, family)
-            size_class = local_class(self, collective, sendbuf, recvbuf)
-            dispatch = self._dispatches[key] = AutoDispatch(self, plan, collective, model, native_methods, size_class)
+            model = self._family_model(plan, family_of(collective))
+            by_weights = plan.persistence.exact_bytes
+            if by_weights:  # the weights are every call's bytes (checked per call)
+                nbytes = levels.weight_bytes(self.topology)
+                local = UNKNOWN if nbytes is None else size_class(nbytes)
+            else:
+                local = local_class(self, collective, sendbuf, recvbuf)
+            dispatch = self._dispatches[key] = AutoDispatch(self, plan, collective, model, native_methods, local,
+                                                            by_weights)
         return dispatch
+
+    def _family_model(self, plan: Plan, family: str) -> FamilyModel:
+        """An auto plan's cost model of ``family`` (made collectively the first time)."""
+        model = self._family_models.get((plan.key, family))
+        if model is None:
+            model = self._family_models[(plan.key, family)] = FamilyModel(self, plan, family)
+        return model
 
     def existing_dispatch(self, plan: Plan, collective: str):
         """The dispatch of an auto plan's ``collective`` if its first call was made (local), else None."""
@@ -183,10 +253,13 @@ class CommRuntime:
         if flags is None:
             flags = self._size_pass_flags[key] = self._agree_on_size_pass(pattern)
         vector_needs, regular_needs = flags
+        runs = self
+        if plan.persistence.exact_bytes:  # its calls are checked against the weights first
+            runs = levels.CheckedRuntime(self, self.exact_bytes_check(collective))
         self.executor_factory(plan.executor)
         factory = self._executors[plan.executor].factory_for(key, pattern, plan.executor_options, self.private)
         found = CallPlan(collective, key[0], pattern, regular_needs if collective in REGULAR else vector_needs,
-                         plan.rebind, self, factory)
+                         plan.rebind, runs, factory)
         self._call_plans[(plan.key, plan.rebind, collective)] = found
         return found
 
@@ -498,6 +571,7 @@ class CommRuntime:
         self._call_plans.clear()
         self._dispatches.clear()
         self._family_models.clear()
+        self._exact_checks.clear()
         if self.private != MPI.COMM_NULL:
             self.private.Free()
 

@@ -6,22 +6,29 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from .. import algorithms, execute
+from ..model.choice import split_candidate
 from ..model.params import with_loggp_file
 from ..model.profile import BUILTIN, Profile
 from ..model.profile import resolve as resolve_profile
 from ..topology.cartesian import GRID_OPTION
+from .persistence import BLOCK_BYTES_OPTION, NONE, Persistence
 
 
 @dataclass(frozen=True)
 class Plan:
     """A wrapper's request: algorithm (``"auto"`` or registered), checked options, rebind, executor
-    and its options.
+    and its options, and the persistence level of its info keys (:mod:`sparsecoll.runtime.persistence`).
 
     ``key`` identifies everything that shapes the messages, by value, so it is the same
     on every rank: the algorithm, every option but ``grid`` (which only shapes the
-    handle's Topology, kept by the runtime), the executor and its options. ``profile`` and
-    ``verify_choice`` are ``auto``'s (:mod:`sparsecoll.runtime.auto`); they shape only what
-    auto decides, and its decisions are agreed by every rank, so they are not in the key.
+    handle's Topology, kept by the runtime), the executor, whether
+    ``cdag_exact_byte_communications`` is set (it changes auto's choice and puts a check
+    on every call), for ``auto``, whether ``cdag_static_buffers`` is (auto then also
+    considers the RMA executor), and the executor's options. ``profile`` and ``verify_choice`` are ``auto``'s
+    (:mod:`sparsecoll.runtime.auto`); they shape only what auto decides, and its decisions
+    are agreed by every rank, so they are not in the key. Neither is
+    ``cdag_strict_communication``, which only moves set-up to ``wrap``, nor
+    ``cdag_static_buffers`` for a named algorithm, where it is only recorded.
     """
 
     algorithm: str
@@ -30,6 +37,7 @@ class Plan:
     executor: str = execute.DEFAULT_EXECUTOR
     profile: Profile = BUILTIN
     verify_choice: bool = False
+    persistence: Persistence = NONE
     executor_options: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     key: tuple = field(init=False)
     native: bool = field(init=False)
@@ -37,7 +45,8 @@ class Plan:
     def __post_init__(self):
         shaping = tuple((name, repr(value)) for name, value in sorted(self.options.items()) if name != GRID_OPTION)
         executing = tuple(sorted(self.executor_options.items()))
-        object.__setattr__(self, "key", (self.algorithm, shaping, self.executor, executing))
+        object.__setattr__(self, "key", (self.algorithm, shaping, self.executor, self.persistence.exact_bytes,
+                                         self.persistence.static_buffers and self.auto, executing))
         runs_library = self.algorithm != algorithms.AUTO and algorithms.get(self.algorithm).runs_library
         object.__setattr__(self, "native", runs_library)
 
@@ -46,18 +55,30 @@ class Plan:
         """Whether the cost model picks the algorithm per call (``"auto"``)."""
         return self.algorithm == algorithms.AUTO
 
-    def resolved(self, algorithm: str) -> Plan:
-        """The plan that runs ``algorithm`` with this plan's options (what ``auto`` hands a call to)."""
-        return replace(self, algorithm=algorithm)
+    def sized(self, largest_block: int | None, given: dict) -> Plan:
+        """Under ``cdag_exact_byte_communications``: the plan whose build assumes the weights'
+        largest block (``largest_block``, agreed by every rank) where its algorithm has a
+        block-size option the user did not give; else this plan."""
+        if (largest_block is None or largest_block < 1 or self.auto or BLOCK_BYTES_OPTION in given
+                or BLOCK_BYTES_OPTION not in algorithms.get(self.algorithm).options):
+            return self
+        return replace(self, options=MappingProxyType({**self.options, BLOCK_BYTES_OPTION: int(largest_block)}))
+
+    def resolved(self, candidate: str) -> Plan:
+        """The plan that runs ``auto``'s ``candidate`` with this plan's options: an algorithm name, or
+        ``"name[rma]"`` for that algorithm on the RMA executor (:func:`sparsecoll.model.choice.split_candidate`)."""
+        algorithm, executor = split_candidate(candidate)
+        return replace(self, algorithm=algorithm, executor=executor or self.executor)
 
 
 def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
               executor: str = execute.DEFAULT_EXECUTOR, profile=None, verify_choice: bool = False,
-              executor_options=None) -> Plan:
+              persistence: Persistence = NONE, executor_options=None) -> Plan:
     """Check a wrapper's arguments (raising before any message is sent) and make its Plan.
 
     ``profile``: ``auto``'s profile (a path or a Profile; default: see
     :func:`sparsecoll.model.profile.resolve`), read here so a bad file raises at ``wrap``.
+    ``persistence``: the level of the wrapper's info keys (:func:`.persistence.level`).
     """
     algorithms.check_name(algorithm)
     checked_executor_options = execute.check_options(executor, executor_options)
@@ -68,7 +89,7 @@ def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
     checked = algorithms.check_options(algorithm, with_loggp_file(options), size)
     chosen_profile = resolve_profile(profile) if algorithm == algorithms.AUTO else BUILTIN
     return Plan(algorithm, MappingProxyType(dict(checked)), rebind, executor, chosen_profile, verify_choice,
-                MappingProxyType(checked_executor_options))
+                persistence, MappingProxyType(checked_executor_options))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

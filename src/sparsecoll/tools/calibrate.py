@@ -177,6 +177,9 @@ def _main_profile(comm, args) -> int:
         per_call = [f"{form} native {load.native_per_call[form] * 1e6:.2f} / sparsecoll "
                     f"{load.sparsecoll_per_call[form] * 1e6:.2f}" for form in load.native_per_call]
         say("per call (us): " + ", ".join(per_call))
+        if load.rma is not None:
+            say(f"rma executor (persistent): {load.rma['per_message'] * 1e6:.2f} us more per message, "
+                f"{load.rma['byte_factor']:.2f} x the bytes' cost")
         say(f"written to {path} (loads: {', '.join(f'{entry.ranks_per_core:g}' for entry in profile.loads)})")
     return 0
 

@@ -11,7 +11,9 @@ repetition after a barrier, each time the maximum over ranks:
 * on the periodic 2-D 9-point stencil, ``Neighbor_alltoall`` and ``Neighbor_allgather`` of the
   library, ``direct`` and ``cartesian`` (two steps of combined messages), blocking at 8 B and
   64 KiB, and persistent at 8 B (library and ``direct``): sparsecoll's per-call, per-step and
-  combined-message costs are fitted on them, a neighborhood of the kind users run.
+  combined-message costs are fitted on them, a neighborhood of the kind users run;
+* ``direct``'s persistent alltoall on the stencil at 8 B and 64 KiB on the step and on the RMA
+  executor: the profile's ``rma`` costs (:func:`sparsecoll.model.calibrate.fit_rma`).
 
 :func:`sparsecoll.model.calibrate.fit_profile_load` turns the medians into a profile load.
 """
@@ -80,6 +82,17 @@ def measure(world, reps: int, progress=print) -> tuple:
                     recv = numpy.zeros(edges * block, dtype="u1")
                     keep.append((send, recv))
                     calls[(name, family, form, block)] = _caller(comm, form, send, recv, family)
+    # what the RMA executor adds to direct's persistent alltoall, at both sizes (auto's "[rma]" twins)
+    for name, executor in (("direct", "steps"), ("direct[rma]", "rma")):
+        comm = wrap(grid, "direct", executor=executor)
+        patterns[(name, "alltoall")] = comm.pattern("alltoall")
+        for block in (small, large):
+            if (name, "alltoall", "persistent", block) in calls:
+                continue
+            send = numpy.ones(edges * block, dtype="u1")
+            recv = numpy.zeros(edges * block, dtype="u1")
+            keep.append((send, recv))
+            calls[(name, "alltoall", "persistent", block)] = _caller(comm, "persistent", send, recv)
     progress(f"calibrate: {len(calls)} variants x {reps} interleaved repetitions on {size} ranks")
     keys = list(calls)
     samples = numpy.zeros((reps, len(keys)))

@@ -84,11 +84,15 @@ class PlacementInfo:
 
     ``contiguous``: every socket holds a contiguous range of ranks (what rank-range
     halving assumes for its locality; correctness never depends on it).
+    ``node_index``: where the node of every rank was detected, its index (nodes numbered in
+    the order of their lowest rank); None where the placement is an override (ranks fill
+    the nodes of ``L * S`` ranks in rank order).
     """
 
     placement: Placement
     source: str
     contiguous: bool = True
+    node_index: tuple | None = None
 
     @property
     def ranks_per_socket(self) -> int:
@@ -99,6 +103,12 @@ class PlacementInfo:
     def sockets_per_node(self) -> int:
         """``S``."""
         return self.placement.S
+
+    def nodes(self, size: int) -> tuple:
+        """The node index of each of ``size`` ranks (the same on every rank that resolved this placement)."""
+        if self.node_index is not None:
+            return self.node_index
+        return tuple(self.placement.node(rank) for rank in range(size))
 
     def describe(self) -> dict:
         """The entries algorithms put into ``plan_stats``."""
@@ -170,7 +180,11 @@ def from_keys(keys) -> PlacementInfo:
     source = f"detected: {len(per_node)} node(s), {len(members)} socket(s)"
     if unknown_nodes:
         source += f"; ranks not bound to one package on {len(unknown_nodes)} node(s): node = socket"
-    return PlacementInfo(Placement(L, S), source, contiguous)
+    first_rank: dict = {}
+    for rank, (node, _) in enumerate(keys):
+        first_rank.setdefault(node, rank)
+    order = {node: index for index, node in enumerate(sorted(first_rank, key=first_rank.get))}
+    return PlacementInfo(Placement(L, S), source, contiguous, tuple(order[node] for node, _ in keys))
 
 
 def detect(comm) -> PlacementInfo:

@@ -1,0 +1,128 @@
+"""CopyIn and CopyOut of the universal hierarchical algorithm (the paper on hierarchical
+shared-memory collectives and imbalanced process arrival, section II, Fig. 1): moving a block of
+a user buffer (any count and MPI datatype) into and out of a node's shared buffer.
+
+A block is stored *packed*: its elements' bytes one after another (``count * Get_size()``
+bytes), so non-contiguous user data becomes contiguous for the inter-node phase, as the paper
+says of the vector collectives. Contiguous datatypes are copied with numpy; others with
+``Datatype.Pack`` / ``Unpack``, which in a homogeneous run produce exactly the element bytes.
+"""
+
+from __future__ import annotations
+
+import numpy
+from mpi4py import MPI
+
+_UINT8 = numpy.uint8
+
+
+def is_contiguous(datatype: MPI.Datatype) -> bool:
+    """Whether ``count`` elements of ``datatype`` are ``count * size`` consecutive bytes at the address."""
+    lb, extent = datatype.Get_extent()
+    true_lb, true_extent = datatype.Get_true_extent()
+    size = datatype.Get_size()
+    return lb == 0 and true_lb == 0 and extent == size and true_extent == size
+
+
+def packed_size(count: int, datatype: MPI.Datatype) -> int:
+    """Bytes ``count`` elements of ``datatype`` take packed."""
+    return int(count) * datatype.Get_size()
+
+
+def pack(address: int, count: int, datatype: MPI.Datatype, out: numpy.ndarray, offset: int,
+         contiguous=None) -> int:
+    """Copy ``count`` x ``datatype`` at ``address`` into ``out[offset:]`` packed; returns the bytes written.
+    ``contiguous``: :func:`is_contiguous` of ``datatype`` if the caller knows it."""
+    nbytes = packed_size(count, datatype)
+    if nbytes == 0:
+        return 0
+    if is_contiguous(datatype) if contiguous is None else contiguous:
+        out[offset:offset + nbytes] = numpy.frombuffer(MPI.memory.fromaddress(address, nbytes, readonly=True),
+                                                       dtype=_UINT8)
+    else:
+        extent = datatype.Get_extent()[1]
+        datatype.Pack(MPI.memory.fromaddress(address, count * extent, readonly=True),
+                      out[offset:offset + nbytes], 0, MPI.COMM_SELF)
+    return nbytes
+
+
+def unpack(source: numpy.ndarray, offset: int, address: int, count: int, datatype: MPI.Datatype,
+           contiguous=None) -> int:
+    """Copy the packed ``count`` x ``datatype`` at ``source[offset:]`` to ``address``; returns the bytes read.
+    ``contiguous``: :func:`is_contiguous` of ``datatype`` if the caller knows it."""
+    nbytes = packed_size(count, datatype)
+    if nbytes == 0:
+        return 0
+    if is_contiguous(datatype) if contiguous is None else contiguous:
+        numpy.frombuffer(MPI.memory.fromaddress(address, nbytes), dtype=_UINT8)[:] = source[offset:offset + nbytes]
+    else:
+        extent = datatype.Get_extent()[1]
+        datatype.Unpack(source[offset:offset + nbytes], 0, MPI.memory.fromaddress(address, count * extent),
+                        MPI.COMM_SELF)
+    return nbytes
+
+
+def pack_block(blocks, index: int, out: numpy.ndarray, offset: int) -> int:
+    """:func:`pack` block ``index`` of a :class:`sparsecoll.buffers.Blocks`."""
+    return pack(blocks.address + blocks.displs[index], blocks.counts[index], blocks.types[index], out, offset)
+
+
+def unpack_block(source: numpy.ndarray, offset: int, blocks, index: int) -> int:
+    """:func:`unpack` into block ``index`` of a :class:`sparsecoll.buffers.Blocks`."""
+    return unpack(source, offset, blocks.address + blocks.displs[index], blocks.counts[index], blocks.types[index])
+
+
+def pack_blocks(blocks, out: numpy.ndarray, offsets, base: int = 0) -> None:
+    """:func:`pack` every block ``i`` of a :class:`sparsecoll.buffers.Blocks` at ``base + offsets[i]``."""
+    contiguous = {}
+    for i, (count, displ, datatype) in enumerate(zip(blocks.counts, blocks.displs, blocks.types)):
+        if count:
+            known = contiguous.get(id(datatype))
+            if known is None:
+                known = contiguous[id(datatype)] = is_contiguous(datatype)
+            pack(blocks.address + displ, count, datatype, out, base + int(offsets[i]), known)
+
+
+def unpack_blocks(source: numpy.ndarray, offsets, blocks, base: int = 0) -> None:
+    """:func:`unpack` every block ``i`` of a :class:`sparsecoll.buffers.Blocks` from ``base + offsets[i]``."""
+    contiguous = {}
+    for i, (count, displ, datatype) in enumerate(zip(blocks.counts, blocks.displs, blocks.types)):
+        if count:
+            known = contiguous.get(id(datatype))
+            if known is None:
+                known = contiguous[id(datatype)] = is_contiguous(datatype)
+            unpack(source, base + int(offsets[i]), blocks.address + displ, count, datatype, known)
+
+
+def reduction_element(datatype: MPI.Datatype):
+    """The one predefined, contiguous datatype ``datatype`` is built of, and how many of it one
+    ``datatype`` element holds: ``(basic, per_element)``; None when there is no such single type.
+
+    Packed data of ``datatype`` is then ``count * per_element`` consecutive ``basic`` elements, on
+    which a predefined reduction acts element by element as it does on ``datatype``.
+    """
+    leaves = {}
+    _collect_leaves(datatype, leaves)
+    if len(leaves) != 1:
+        return None
+    (basic,) = leaves.values()
+    if not is_contiguous(basic) or basic.Get_size() == 0:
+        return None
+    size = datatype.Get_size()
+    if size % basic.Get_size():
+        return None
+    return basic, size // basic.Get_size()
+
+
+def _collect_leaves(datatype: MPI.Datatype, leaves: dict) -> None:
+    """Add the predefined datatypes under ``datatype`` to ``leaves`` (handle -> datatype)."""
+    if datatype.is_predefined:
+        leaves[datatype.handle] = datatype
+        return
+    first, _, params = datatype.decode()
+    children = params.get("datatypes") or [first]
+    for child in children:
+        _collect_leaves(child, leaves)
+    for child in {c.handle: c for c in list(children) + [first]}.values():
+        if not child.is_predefined and child.handle != datatype.handle:
+            child.Free()

@@ -1,0 +1,555 @@
+"""The universal hierarchical algorithm's structure and collectives: node layouts (emulated and
+detected), the growable shared window, and every global collective bit for bit against the MPI
+library's own call on COMM_WORLD.
+
+Runs on every rank (launched by ``tests/test_mpi.py``).
+"""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+from mpi4py import MPI
+
+import sparsecoll
+from sparsecoll.hierarchy import NodeLayout, SharedWindow
+
+WORLD = MPI.COMM_WORLD
+RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
+#: emulated ranks per node: one rank per node, pairs, triples (uneven last node when SIZE % 3)
+RANKS_PER_NODE = (1, 2, 3)
+
+
+@pytest.mark.parametrize("per_node", RANKS_PER_NODE)
+def test_emulated_layout(per_node):
+    layout = NodeLayout.create(WORLD, ranks_per_node=per_node)
+    try:
+        assert layout.node == RANK // per_node
+        assert layout.node_rank == RANK % per_node
+        assert layout.nodes == -(-SIZE // per_node)
+        assert sum(layout.ranks_per_node) == SIZE
+        assert layout.members[layout.node][layout.node_rank] == RANK
+        assert layout.position(RANK) == layout.node_rank
+        assert layout.node_comm.Get_size() == layout.ranks_per_node[layout.node]
+        assert layout.contiguous
+        if layout.is_leader:
+            assert layout.leader_comm.Get_size() == layout.nodes
+            assert layout.leader_comm.Get_rank() == layout.node
+        else:
+            assert layout.leader_comm == MPI.COMM_NULL
+    finally:
+        layout.free()
+    assert layout.node_comm == MPI.COMM_NULL
+
+
+def test_detected_layout_matches_shared_memory():
+    layout = NodeLayout.create(WORLD)
+    try:
+        shared = WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+        assert layout.node_comm.Get_size() == shared.Get_size()
+        assert layout.source.startswith("detected")
+        shared.Free()
+    finally:
+        layout.free()
+
+
+def test_placement_override(monkeypatch):
+    per_node = min(2, SIZE)
+    monkeypatch.setenv("SPARSECOLL_PLACEMENT", f"{per_node}x1")
+    layout = NodeLayout.create(WORLD)
+    try:
+        assert layout.node == RANK // per_node
+        assert "SPARSECOLL_PLACEMENT" in layout.source
+    finally:
+        layout.free()
+
+
+def test_bad_ranks_per_node():
+    with pytest.raises(ValueError, match="ranks_per_node"):
+        NodeLayout.create(WORLD, ranks_per_node=0)
+    with pytest.raises(TypeError, match="ranks_per_node"):
+        NodeLayout.create(WORLD, ranks_per_node=1.5)
+
+
+@pytest.mark.parametrize("per_node", (2, 3))
+def test_shared_window_grows_and_is_shared(per_node):
+    layout = NodeLayout.create(WORLD, ranks_per_node=per_node)
+    window = SharedWindow(layout.node_comm)
+    try:
+        assert window.ensure(10 + RANK)  # sizes differ per rank: the node's largest wins
+        first = window.segment_bytes
+        assert first >= max(10 + r for r in layout.members[layout.node])
+        window.segment(layout.node_rank)[:] = RANK % 251
+        window.sync()
+        for position, rank in enumerate(layout.members[layout.node]):
+            assert (window.segment(position) == rank % 251).all()
+        assert window.region().size == first * layout.node_comm.Get_size()
+        window.sync()
+        assert not window.ensure(first, agreed=True)
+        assert window.ensure(first + 1, agreed=True)
+        assert window.segment_bytes > first and window.regrowths == 2
+        assert window.memory_model in (MPI.WIN_UNIFIED, MPI.WIN_SEPARATE)
+    finally:
+        window.free()
+        layout.free()
+
+
+# -- the collectives, bit for bit against the library's own call on COMM_WORLD ---------------------
+
+#: a non-contiguous derived datatype: two int32 with one int32 gap (extent 12 bytes, size 8)
+VECTOR = MPI.INT32_T.Create_vector(2, 1, 2).Commit()
+KINDS = ("int32", "float64", "vector")
+ROOTS = sorted({0, SIZE - 1, SIZE // 2})
+SENTINEL = -7
+
+
+def _left(invec, inoutvec, datatype):
+    """A non-commutative, associative operation: ``a op b = a`` (the lowest rank's value wins); on
+    the vector type only its elements, never the gaps."""
+    source, target = numpy.frombuffer(invec, dtype=numpy.int32), numpy.frombuffer(inoutvec, dtype=numpy.int32)
+    data = slice(None) if datatype.Get_size() == datatype.Get_extent()[1] else numpy.arange(target.size) % 3 != 1
+    target[data] = source[data]
+
+
+LEFT = MPI.Op.Create(_left, commute=False)
+
+
+@pytest.fixture(scope="module", params=RANKS_PER_NODE)
+def comm(request):
+    """WORLD's duplicate wrapped with emulated nodes of 1, 2 or 3 ranks."""
+    wrapped = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=request.param)
+    yield wrapped
+    wrapped.Free()
+
+
+def items(kind: str, elements: int) -> int:
+    """numpy items that ``elements`` elements of ``kind`` span."""
+    return 3 * elements if kind == "vector" else elements
+
+
+def array(kind: str, elements: int, seed: int) -> numpy.ndarray:
+    """Deterministic integer-valued data (exact under any summation order)."""
+    dtype = numpy.float64 if kind == "float64" else numpy.int32
+    return (numpy.arange(items(kind, elements)) * 7 + seed * 100 + 1).astype(dtype)
+
+
+def blank(kind: str, elements: int) -> numpy.ndarray:
+    return numpy.full(items(kind, elements), SENTINEL, dtype=numpy.float64 if kind == "float64" else numpy.int32)
+
+
+def datatype(kind: str):
+    return {"int32": MPI.INT32_T, "float64": MPI.DOUBLE, "vector": VECTOR}[kind]
+
+
+def same(mine: numpy.ndarray, library: numpy.ndarray) -> None:
+    assert mine.tobytes() == library.tobytes(), f"hierarchical {mine.tolist()} != library {library.tolist()}"
+
+
+def both(comm, method: str, make_args, check=("recv",)):
+    """Run ``method`` on the wrapper and on WORLD with fresh arguments from ``make_args()`` and compare
+    the named outputs."""
+    mine, theirs = make_args(), make_args()
+    before = comm.hierarchy_stats()
+    getattr(comm, method)(*mine["args"])
+    getattr(WORLD, method)(*theirs["args"])
+    for name in check:
+        same(mine[name], theirs[name])
+    after = comm.hierarchy_stats()
+    return after["calls"] - before["calls"] + (after["library_calls"] - before["library_calls"]) * 10
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind", KINDS)
+def test_allgather(comm, kind, in_place):
+    dt = datatype(kind)
+
+    def make():
+        recv = blank(kind, 2 * SIZE)
+        send = array(kind, 2, RANK)
+        if in_place:
+            recv[items(kind, 2) * RANK:items(kind, 2) * (RANK + 1)] = send
+            return {"recv": recv, "args": (MPI.IN_PLACE, [recv, 2, dt])}
+        return {"recv": recv, "args": ([send, 2, dt], [recv, 2, dt])}
+    assert both(comm, "Allgather", make) == 1
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind", KINDS)
+def test_allgatherv(comm, kind, in_place):
+    dt = datatype(kind)
+    counts = [r % 3 for r in range(SIZE)]  # zero counts included
+    displs = [sum(counts[:r]) + r for r in range(SIZE)]  # a gap of one element between blocks
+    total = displs[-1] + counts[-1] + 1
+
+    def make():
+        recv = blank(kind, total)
+        send = array(kind, counts[RANK], RANK)
+        if in_place:
+            start = items(kind, displs[RANK])
+            recv[start:start + send.size] = send
+            return {"recv": recv, "args": (MPI.IN_PLACE, [recv, (counts, displs), dt])}
+        return {"recv": recv, "args": ([send, counts[RANK], dt], [recv, (counts, displs), dt])}
+    assert both(comm, "Allgatherv", make) == 1
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind", KINDS)
+def test_alltoall(comm, kind, in_place):
+    dt = datatype(kind)
+
+    def make():
+        recv = blank(kind, 2 * SIZE)
+        send = array(kind, 2 * SIZE, RANK)
+        if in_place:
+            recv[:] = send
+            return {"recv": recv, "args": (MPI.IN_PLACE, [recv, 2, dt])}
+        return {"recv": recv, "args": ([send, 2, dt], [recv, 2, dt])}
+    assert both(comm, "Alltoall", make) == 1
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind", KINDS)
+def test_alltoallv(comm, kind, in_place):
+    dt = datatype(kind)
+    if in_place:  # MPI: the same counts both ways
+        send_counts = recv_counts = [(RANK + r) % 3 for r in range(SIZE)]
+    else:
+        send_counts = [(2 * RANK + r) % 3 for r in range(SIZE)]
+        recv_counts = [(2 * r + RANK) % 3 for r in range(SIZE)]
+    recv_displs = [sum(recv_counts[:r]) + r for r in range(SIZE)]
+
+    def make():
+        recv = blank(kind, recv_displs[-1] + recv_counts[-1] + 1)
+        if in_place:
+            recv[:] = array(kind, recv_displs[-1] + recv_counts[-1] + 1, RANK)
+            return {"recv": recv, "args": (MPI.IN_PLACE, [recv, (recv_counts, recv_displs), dt])}
+        send = array(kind, sum(send_counts), RANK)
+        return {"recv": recv, "args": ([send, send_counts, dt], [recv, (recv_counts, recv_displs), dt])}
+    assert both(comm, "Alltoallv", make) == 1
+
+
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_bcast(comm, kind, root):
+    dt = datatype(kind)
+
+    def make():
+        buf = array(kind, 3, 5) if RANK == root else blank(kind, 3)
+        return {"buf": buf, "args": ([buf, 3, dt], root)}
+    assert both(comm, "Bcast", make, check=("buf",)) == 1
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_gather(comm, kind, root, in_place):
+    dt = datatype(kind)
+
+    def make():
+        recv = blank(kind, 2 * SIZE)
+        send = array(kind, 2, RANK)
+        if in_place and RANK == root:
+            recv[items(kind, 2) * RANK:items(kind, 2) * (RANK + 1)] = send
+            return {"recv": recv, "args": (MPI.IN_PLACE, [recv, 2, dt], root)}
+        return {"recv": recv, "args": ([send, 2, dt], [recv, 2, dt] if RANK == root else None, root)}
+    assert both(comm, "Gather", make) == 1
+
+
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_gatherv(comm, kind, root):
+    dt = datatype(kind)
+    counts = [(r + 1) % 3 for r in range(SIZE)]
+    displs = [sum(counts[:r]) + 2 * r for r in range(SIZE)][::-1]  # blocks in reverse order, with gaps
+    total = max(d + c for d, c in zip(displs, counts)) + 1
+
+    def make():
+        recv = blank(kind, total)
+        send = array(kind, counts[RANK], RANK)
+        return {"recv": recv, "args": ([send, counts[RANK], dt],
+                                       [recv, (counts, displs), dt] if RANK == root else None, root)}
+    assert both(comm, "Gatherv", make) == 1
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_scatter(comm, kind, root, in_place):
+    dt = datatype(kind)
+
+    def make():
+        send = array(kind, 2 * SIZE, 9) if RANK == root else None
+        recv = blank(kind, 2)
+        if in_place and RANK == root:
+            return {"recv": send, "args": ([send, 2, dt], MPI.IN_PLACE, root)}
+        return {"recv": recv, "args": ([send, 2, dt] if RANK == root else None, [recv, 2, dt], root)}
+    assert both(comm, "Scatter", make) == 1
+
+
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_scatterv(comm, kind, root):
+    dt = datatype(kind)
+    counts = [(r + 2) % 3 for r in range(SIZE)]
+    displs = [sum(counts[:r]) + r for r in range(SIZE)][::-1]
+    total = max(d + c for d, c in zip(displs, counts)) + 1
+
+    def make():
+        send = array(kind, total, 4) if RANK == root else None
+        recv = blank(kind, counts[RANK])
+        return {"recv": recv, "args": ([send, (counts, displs), dt] if RANK == root else None,
+                                       [recv, counts[RANK], dt], root)}
+    assert both(comm, "Scatterv", make) == 1
+
+
+OPS = {"sum": MPI.SUM, "max": MPI.MAX, "left": LEFT}
+
+
+def _op_cases():
+    """(kind, op name, hierarchical calls + 10 x library calls): int32 and float64 with SUM and MAX,
+    the non-commutative user op on int32 (hierarchical) and on the vector type (the library's, as
+    its function expects the user's datatype). MPICH refuses predefined operations on the vector
+    type: :func:`test_predefined_op_on_derived_type` covers that case."""
+    return ([(k, o, 1) for k in ("int32", "float64") for o in ("sum", "max")]
+            + [("int32", "left", 1), ("vector", "left", 10)])
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("kind,op,calls", _op_cases())
+def test_reduce(comm, kind, op, calls, root, in_place):
+    dt = datatype(kind)
+
+    def make():
+        send = array(kind, 3, RANK)
+        recv = blank(kind, 3)
+        if in_place and RANK == root:
+            return {"recv": send, "args": (MPI.IN_PLACE, [send, 3, dt], OPS[op], root)}
+        return {"recv": recv, "args": ([send, 3, dt], [recv, 3, dt] if RANK == root else None, OPS[op], root)}
+    assert both(comm, "Reduce", make) == calls
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind,op,calls", _op_cases())
+def test_allreduce(comm, kind, op, calls, in_place):
+    dt = datatype(kind)
+
+    def make():
+        send = array(kind, 3, RANK)
+        if in_place:
+            return {"recv": send, "args": (MPI.IN_PLACE, [send, 3, dt], OPS[op])}
+        recv = blank(kind, 3)
+        return {"recv": recv, "args": ([send, 3, dt], [recv, 3, dt], OPS[op])}
+    assert both(comm, "Allreduce", make) == calls
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind,op,calls", _op_cases())
+def test_reduce_scatter_block(comm, kind, op, calls, in_place):
+    dt = datatype(kind)
+
+    def make():
+        send = array(kind, 2 * SIZE, RANK)
+        if in_place:
+            return {"recv": send, "args": (MPI.IN_PLACE, [send, 2, dt], OPS[op])}
+        recv = blank(kind, 2)
+        return {"recv": recv, "args": ([send, 2, dt], [recv, 2, dt], OPS[op])}
+    assert both(comm, "Reduce_scatter_block", make) == calls
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+@pytest.mark.parametrize("kind,op,calls", _op_cases())
+def test_reduce_scatter(comm, kind, op, calls, in_place):
+    dt = datatype(kind)
+    counts = [r % 3 for r in range(SIZE)]
+
+    def make():
+        send = array(kind, sum(counts), RANK)
+        if in_place:
+            return {"recv": send, "args": (MPI.IN_PLACE, [send, sum(counts), dt], counts, OPS[op])}
+        recv = blank(kind, counts[RANK])
+        return {"recv": recv, "args": ([send, sum(counts), dt], [recv, counts[RANK], dt], counts, OPS[op])}
+    assert both(comm, "Reduce_scatter", make) == calls
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+def test_predefined_op_on_derived_type(comm, in_place):
+    """SUM on the vector type reduces its int32 elements (the library's result on those int32 alone);
+    the gaps of the receive buffer keep their bytes."""
+    send = array("vector", 3, RANK)
+    recv = send.copy() if in_place else blank("vector", 3)
+    comm.Allreduce(MPI.IN_PLACE if in_place else [send, 3, VECTOR], [recv, 3, VECTOR], MPI.SUM)
+    expected = numpy.empty(6, dtype=numpy.int32)
+    WORLD.Allreduce(numpy.ascontiguousarray(send.reshape(3, 3)[:, [0, 2]]).ravel(), expected, MPI.SUM)
+    assert recv.reshape(3, 3)[:, [0, 2]].ravel().tolist() == expected.tolist()
+    assert recv.reshape(3, 3)[:, 1].tolist() == (send if in_place else blank("vector", 3)).reshape(3, 3)[:, 1].tolist()
+
+
+def test_zero_counts_everywhere(comm):
+    """Calls that move nothing at all still agree with the library and leave buffers alone."""
+    for method, make in (
+        ("Allgather", lambda: {"recv": blank("int32", 1), "args": ([blank("int32", 0), 0, MPI.INT32_T],
+                                                                    [blank("int32", 1), 0, MPI.INT32_T])}),
+        ("Alltoallv", lambda: {"recv": blank("int32", 1), "args": ([blank("int32", 0), [0] * SIZE, MPI.INT32_T],
+                                                                    [blank("int32", 1), [0] * SIZE, MPI.INT32_T])}),
+        ("Allreduce", lambda: {"recv": blank("int32", 1), "args": ([blank("int32", 0), 0, MPI.INT32_T],
+                                                                    [blank("int32", 1), 0, MPI.INT32_T], MPI.SUM)}),
+        ("Bcast", lambda: {"recv": blank("int32", 1), "args": ([blank("int32", 1), 0, MPI.INT32_T], 0)}),
+    ):
+        assert both(comm, method, make) == 1
+
+
+def test_window_grows_for_larger_calls(comm):
+    before = comm.hierarchy_stats()["window_bytes"]
+    big = 1 << 14
+    send = numpy.full(big, RANK, dtype=numpy.int32)
+    recv = numpy.empty(big * SIZE, dtype=numpy.int32)
+    comm.Allgather(send, recv)
+    assert (recv.reshape(SIZE, big) == numpy.arange(SIZE)[:, None]).all()
+    stats = comm.hierarchy_stats()
+    assert stats["window_bytes"] >= 2 * big * 4 * SIZE > before
+    assert stats["nodes"] == len(stats["ranks_per_node"]) and sum(stats["ranks_per_node"]) == SIZE
+    assert stats["inter_node"] and stats["memory_model"] in ("unified", "separate")
+
+
+@pytest.mark.parametrize("per_node", (1, 2))
+def test_free_leaves_user_windows_intact(per_node):
+    node = WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    user = MPI.Win.Allocate_shared(64, 1, comm=node)
+    memory = numpy.frombuffer(user.tomemory(), dtype=numpy.uint8)
+    memory[:] = 200 + node.Get_rank()
+    duplicate = WORLD.Dup()
+    wrapped = sparsecoll.wrap(duplicate, ranks_per_node=per_node)
+    assert isinstance(wrapped, MPI.Intracomm) and wrapped == duplicate and sparsecoll.is_wrapped(wrapped)
+    data = numpy.full(4, RANK, dtype=numpy.int64)
+    wrapped.Allreduce(MPI.IN_PLACE, data)
+    assert data.tolist() == [SIZE * (SIZE - 1) // 2] * 4
+    hierarchy = wrapped._sc_hierarchy
+    wrapped.Free()
+    assert wrapped == MPI.COMM_NULL
+    assert hierarchy.data.window is None and hierarchy.layout.node_comm == MPI.COMM_NULL
+    assert hierarchy.layout.leader_comm == MPI.COMM_NULL
+    assert (memory == 200 + node.Get_rank()).all()
+    user.Free()
+    node.Free()
+
+
+def test_native_intracomm_runs_the_library():
+    wrapped = sparsecoll.wrap(WORLD.Dup(), "native")
+    data = numpy.full(2, RANK, dtype=numpy.int32)
+    wrapped.Allreduce(MPI.IN_PLACE, data)
+    assert data.tolist() == [SIZE * (SIZE - 1) // 2] * 2
+    with pytest.raises(RuntimeError, match="hierarchy_stats"):
+        wrapped.hierarchy_stats()
+    wrapped.Free()
+
+
+def test_topology_communicator_keeps_the_librarys_global_collectives_by_default():
+    ring = WORLD.Create_cart([SIZE], periods=[True])
+    wrapped = sparsecoll.wrap(ring, "direct")
+    data = numpy.full(2, RANK, dtype=numpy.int64)
+    wrapped.Allreduce(MPI.IN_PLACE, data)
+    assert data.tolist() == [SIZE * (SIZE - 1) // 2] * 2
+    with pytest.raises(RuntimeError, match="global_collectives='hierarchical'"):
+        wrapped.hierarchy_stats()
+    with pytest.raises(ValueError, match="global_collectives"):
+        sparsecoll.wrap(ring, "direct", global_collectives="fast")
+    wrapped.Free()
+
+
+def test_topology_communicator_gets_global_collectives():
+    ring = WORLD.Create_cart([SIZE], periods=[True])
+    wrapped = sparsecoll.wrap(ring, "direct", ranks_per_node=2, global_collectives="hierarchical")
+    send = numpy.full(3, RANK, dtype=numpy.int32)
+    recv = numpy.empty(3 * SIZE, dtype=numpy.int32)
+    wrapped.Allgather(send, recv)
+    assert recv.tolist() == [r for r in range(SIZE) for _ in range(3)]
+    neighbors = numpy.empty(2, dtype=numpy.int32)
+    wrapped.Neighbor_allgather(send[:1], neighbors)
+    assert neighbors.tolist() == [(RANK - 1) % SIZE, (RANK + 1) % SIZE]
+    assert wrapped.hierarchy_stats()["ranks_per_node"][0] == min(2, SIZE)
+    duplicate = wrapped.Dup()
+    duplicate.Bcast(send, root=SIZE - 1)
+    assert send.tolist() == [SIZE - 1] * 3
+    assert duplicate.hierarchy_stats()["ranks_per_node"][0] == min(2, SIZE)
+    duplicate.Free()
+    wrapped.Free()
+
+
+def test_bad_arguments_raise_naming_them(comm):
+    data = numpy.zeros(SIZE, dtype=numpy.int32)
+    calls = comm.hierarchy_stats()["calls"]
+    with pytest.raises(ValueError, match="root"):
+        comm.Bcast(data, root=SIZE)
+    with pytest.raises(ValueError, match="root"):
+        comm.Gather(data[:1], data, root=-1)
+    with pytest.raises(ValueError, match="sendbuf"):
+        comm.Allgather(numpy.zeros(2, dtype=numpy.int32), data)  # 2 elements, blocks of 1
+    with pytest.raises(ValueError, match="sendbuf"):
+        comm.Alltoall(numpy.zeros(2 * SIZE, dtype=numpy.int32), data)
+    with pytest.raises(ValueError, match="recvcounts"):
+        comm.Reduce_scatter(MPI.IN_PLACE, data, None)
+    with pytest.raises(TypeError, match="op"):
+        comm.Allreduce(data, data.copy(), op="sum")
+    with pytest.raises(ValueError, match="ranks_per_node"):
+        sparsecoll.wrap(WORLD, ranks_per_node=0)
+    assert comm.hierarchy_stats()["calls"] == calls  # nothing ran
+
+
+def test_non_commutative_op_on_scattered_nodes_runs_the_library():
+    """Nodes that are not consecutive rank ranges cannot keep MPI's order across leaders."""
+    from sparsecoll.hierarchy import Hierarchy
+    comm = WORLD.Dup()
+    hierarchy = Hierarchy(comm, ranks_per_node=2)
+    hierarchy.layout.node_of = tuple(reversed(hierarchy.layout.node_of))  # as a round-robin placement would be
+    if SIZE > 2:
+        assert not hierarchy.layout.contiguous
+        assert hierarchy.reduction_plan(MPI.INT32_T, LEFT) is None
+        assert hierarchy.reduction_plan(MPI.INT32_T, MPI.SUM) is not None
+    hierarchy.free()
+    comm.Free()
+
+
+def test_checked_arguments_raise_on_every_rank():
+    """check_arguments=True: one allreduce finds disagreeing roots and counts; every rank raises the
+    same error and the communicator stays usable."""
+    checked = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2, check_arguments=True)
+    data = numpy.full(2, RANK, dtype=numpy.int32)
+    if SIZE > 1:
+        with pytest.raises(ValueError, match="root"):
+            checked.Bcast(data, root=RANK % 2)
+        with pytest.raises(ValueError, match="buf"):
+            checked.Bcast(data[:1 + RANK % 2], root=0)
+        counts = [1] * SIZE
+        with pytest.raises(ValueError, match=r"recvbuf: the root's counts disagree with those of rank\(s\) \[1\]"):
+            send = numpy.zeros(2 if RANK == 1 else 1, dtype=numpy.int32)
+            checked.Gatherv(send, [numpy.zeros(SIZE, dtype=numpy.int32), counts] if RANK == 0 else None, root=0)
+    checked.Allreduce(MPI.IN_PLACE, data)
+    assert data.tolist() == [SIZE * (SIZE - 1) // 2] * 2
+    with pytest.raises(TypeError, match="check_arguments"):
+        sparsecoll.wrap(WORLD, check_arguments="yes")
+    checked.Free()
+
+
+class CountingIntracomm(MPI.Intracomm):
+    """The leaders' communicator of :func:`test_inter_node_option`: the library's collectives, counted."""
+
+    calls = 0
+
+    def Alltoallv(self, sendbuf, recvbuf):
+        type(self).calls += 1
+        return super().Alltoallv(sendbuf, recvbuf)
+
+
+def test_inter_node_option():
+    """inter_node chooses what the leaders call between nodes."""
+    wrapped = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2, inter_node=CountingIntracomm)
+    send = numpy.arange(SIZE, dtype=numpy.int32) + 10 * RANK
+    recv = numpy.empty(SIZE, dtype=numpy.int32)
+    wrapped.Alltoall(send, recv)
+    assert recv.tolist() == [10 * r + RANK for r in range(SIZE)]
+    assert CountingIntracomm.calls == (1 if RANK % 2 == 0 else 0)  # leaders only
+    assert "CountingIntracomm" in wrapped.hierarchy_stats()["inter_node"]
+    with pytest.raises(TypeError, match="inter_node"):
+        sparsecoll.wrap(WORLD, inter_node=3)
+    wrapped.Free()
