@@ -89,7 +89,8 @@ def test_bench_measures_every_pattern_algorithm_once_per_executor_in_the_same_ru
 
 
 def test_bad_algorithm_options_and_executors_stop_before_launching():
-    for bad, word in ((["--algorithms", "direct+colour"], "colour"), (["--executors", "steps,eager"], "executor")):
+    for bad, word in ((["--algorithms", "direct+colour"], "colour"), (["--executors", "steps,eager"], "executor"),
+                      (["--executors", "rma+rtr_tree=two"], "rtr_tree")):
         run = subprocess.run([sys.executable, "-m", "sparsecoll", "bench", "--np", "2", *bad], capture_output=True,
                              text=True, timeout=60, cwd=ROOT)
         assert run.returncode != 0 and "launching" not in run.stdout

@@ -89,6 +89,23 @@ def test_bad_options_raise_when_the_plan_is_made(algorithm, options, error, name
         make_plan(algorithm, options, rebind, 8, executor)
 
 
+@pytest.mark.parametrize("executor, executor_options, error", [
+    ("rma", {"rtr_tree": 0}, ValueError), ("rma_canary", {"rtr_tree": 1.5}, TypeError),
+    ("rma", {"depth": 2}, ValueError), ("steps", {"rtr_tree": 2}, ValueError), ("rma", [2], TypeError)])
+def test_bad_executor_options_raise_when_the_plan_is_made(executor, executor_options, error):
+    with pytest.raises(error, match="executor_options"):
+        make_plan("direct", {}, False, 8, executor, executor_options=executor_options)
+
+
+def test_executor_options_are_part_of_the_plan_key():
+    """They change the messages (SC12 II-C2's RTR tree), so plans differing in them never share caches."""
+    keys = {make_plan("direct", {}, False, 8, "rma", executor_options=options).key
+            for options in (None, {"rtr_tree": 2}, {"rtr_tree": 3})}
+    assert len(keys) == 3
+    assert make_plan("direct", {}, False, 8, "rma", executor_options={}).key == make_plan(
+        "direct", {}, False, 8, "rma").key
+
+
 def test_the_parse_cache_keeps_no_array_alive_and_never_confuses_a_reused_id():
     cache = ParseCache()
     send, recv = numpy.zeros(4, "i4"), numpy.zeros(8, "i4")

@@ -682,7 +682,8 @@ _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgrap
 
 
 def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, rebind: bool = False,
-         executor: str = "steps", profile=None, verify_choice: bool = False, info=None, **options):
+         executor: str = "steps", profile=None, verify_choice: bool = False, info=None,
+         executor_options=None, **options):
     """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll, or an
     intracommunicator so its global collectives run the universal hierarchical algorithm.
 
@@ -716,7 +717,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     ``rebind=True`` binds the schedule anew on every blocking and nonblocking call
     instead of caching it (the non-persistent mode of the HiPC 2017 paper's
     evaluation); ``*_init`` requests always bind once. ``executor`` names the executor
-    that runs the schedules (:data:`sparsecoll.execute.EXECUTORS`).
+    that runs the schedules (:data:`sparsecoll.execute.EXECUTORS`); ``executor_options`` is a
+    dict of its options (the RMA executors: ``{"rtr_tree": k}``, the RTR tree of degree ``k``).
 
     ``"auto"`` (:mod:`sparsecoll.runtime.auto`) runs, per collective, form and block size,
     the candidate the cost model predicts fastest, the library's own call (``native``)
@@ -770,7 +772,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     if global_collectives not in GLOBAL_COLLECTIVES:
         raise ValueError(f"global_collectives: expected one of {GLOBAL_COLLECTIVES}, got {global_collectives!r}")
     persistence = levels.level(info, comm)
-    plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice, persistence)
+    plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice, persistence,
+                     executor_options)
     if isinstance(comm, NeighborhoodMixin):
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
     runtime = existing_runtime(comm)

@@ -141,6 +141,9 @@ def chord_graph():
 MULTI_STEP = {
     "cartesian": lambda: moore_neighborhood(algorithm="cartesian"),
     "cartesian[rma]": lambda: moore_neighborhood(algorithm="cartesian", executor="rma"),
+    # SC12 II-C2: the RTR messages of each sender combined along a chain (a tree of degree 1)
+    "cartesian[rma,rtr_tree=1]": lambda: moore_neighborhood(algorithm="cartesian", executor="rma",
+                                                            executor_options={"rtr_tree": 1}),
     "common_neighbor": lambda: sparsecoll.wrap(chord_graph(), "common_neighbor", theta=1),
     "common_neighbor[rma_canary]": lambda: sparsecoll.wrap(chord_graph(), "common_neighbor", theta=1,
                                                            executor="rma_canary"),
@@ -390,7 +393,9 @@ CASE1_WRAPS = {"default": {}, "cartesian": {"algorithm": "cartesian"},
                "common_neighbor": {"algorithm": "common_neighbor", "theta": 1},
                # windows are not tied to buffers: ranks may pass new arrays while rank 0 keeps its own
                "cartesian[rma]": {"algorithm": "cartesian", "executor": "rma"},
-               "direct[rma_canary]": {"algorithm": "direct", "executor": "rma_canary"}}
+               "direct[rma_canary]": {"algorithm": "direct", "executor": "rma_canary"},
+               "direct[rma,rtr_tree=2]": {"algorithm": "direct", "executor": "rma",
+                                          "executor_options": {"rtr_tree": 2}}}
 
 
 def counts_around_rank0(collective: str, call: int, rank0_sources):
@@ -482,7 +487,8 @@ OUTSTANDING = 100
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("algorithm", ["cartesian", "common_neighbor", "cartesian[rma]", "common_neighbor[rma_canary]"])
+@pytest.mark.parametrize("algorithm", ["cartesian", "common_neighbor", "cartesian[rma]", "common_neighbor[rma_canary]",
+                                       "cartesian[rma,rtr_tree=1]"])
 def test_more_than_64_outstanding_nonblocking_calls(algorithm):
     """Case 3: 100 outstanding Ineighbor_allgather/Ineighbor_alltoall calls of a multi-step
     schedule on one communicator, each with its own arrays and data, completed by Test
@@ -1063,6 +1069,10 @@ def wrappers(draw, names: list, size: int):
         executor = draw(st.sampled_from([None, None, "dag", "dag", "rma", "rma_canary"]))
         if executor is not None:
             options["executor"] = executor
+        if executor in ("rma", "rma_canary"):  # SC12 II-C2: RTR trees of degree 1 (a chain) to 3
+            rtr_tree = draw(st.sampled_from([None, 1, 2, 3]))
+            if rtr_tree is not None:
+                options["executor_options"] = {"rtr_tree": rtr_tree}
     return (name, options)
 
 

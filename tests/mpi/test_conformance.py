@@ -32,6 +32,9 @@ RMA_CASES = ((0, "strided"), (5, "i4"))
 #: Executors that run only :data:`RMA_CASES`, each on every other topology of the sorted list
 #: (every algorithm still runs on both, on about half of the topologies each).
 RMA_EXECUTORS = ("rma", "rma_canary")
+#: The RTR tree degree (SC12 II-C2) of the RMA executors, rotating with the topologies as the
+#: executors do (None: one RTR message per peer): each executor runs with and without a tree.
+RTR_TREES = (None, None, 2, 1)
 OPEN_MPI = "Open MPI" in MPI.Get_library_version()
 
 _STRIDED = cases.strided_int()
@@ -183,10 +186,10 @@ def _fits(options: dict, size: int) -> bool:
     return L <= size and S <= -(-size // L)
 
 
-def wrapped_algorithms(raw, topology, rma_executors=RMA_EXECUTORS) -> list:
+def wrapped_algorithms(raw, topology, rma_executors=RMA_EXECUTORS, rtr_tree=None) -> list:
     """``(label, name, wrapped communicator, families, executor)`` per registered algorithm and variant,
     each algorithm that runs sparsecoll's schedules once on every executor (None: the default;
-    of :data:`RMA_EXECUTORS` only ``rma_executors``)."""
+    of :data:`RMA_EXECUTORS` only ``rma_executors``, with RTR trees of degree ``rtr_tree``)."""
     out = []
     for name, alg in REGISTRY.items():
         families = tuple(f for f in ("allgather", "alltoall") if alg.unsupported_reason(topology, f) is None)
@@ -198,22 +201,25 @@ def wrapped_algorithms(raw, topology, rma_executors=RMA_EXECUTORS) -> list:
         for options in (*defaults, *(v for v in VARIANTS.get(name, ()) if _fits(v, raw.Get_size()))):
             for executor in executors:
                 chosen = {**options, **({"executor": executor} if executor else {})}
+                if executor in RMA_EXECUTORS and rtr_tree is not None:
+                    chosen["executor_options"] = {"rtr_tree": rtr_tree}
                 label = name + (f"{chosen}" if chosen else "")
                 out.append((label, name, sparsecoll.wrap(raw, name, **chosen), families, executor))
     return out
 
 
-def check_topology(raw, only=None, rma_executors=()) -> list:
+def check_topology(raw, only=None, rma_executors=(), rtr_tree=None) -> list:
     """Run every case on one topology communicator; return failure descriptions.
 
     ``only``: the algorithm names to check (default: every registered one that fits);
-    ``rma_executors``: the executors of :data:`RMA_EXECUTORS` to run besides the others.
+    ``rma_executors``: the executors of :data:`RMA_EXECUTORS` to run besides the others, with
+    RTR trees of degree ``rtr_tree`` (None: none).
     """
     failures = []
     topology = sparsecoll.wrap(raw, "direct").topology
     native_broken = _native_broken_for_graph(raw)
-    wrapped = [w for w in wrapped_algorithms(raw, topology, rma_executors) if not (native_broken and w[1] == "native")
-               and (only is None or w[1] in only)]
+    wrapped = [w for w in wrapped_algorithms(raw, topology, rma_executors, rtr_tree)
+               if not (native_broken and w[1] == "native") and (only is None or w[1] in only)]
     for collective in COLLECTIVES:
         for base, kind in CASES:
             case = Case(raw, collective, base, kind)
@@ -253,9 +259,10 @@ def check_topology(raw, only=None, rma_executors=()) -> list:
 def test_conformance(topology_name):
     world = MPI.COMM_WORLD
     raw = cases.TOPOLOGIES[topology_name](world)
-    rma_executor = RMA_EXECUTORS[sorted(cases.TOPOLOGIES).index(topology_name) % len(RMA_EXECUTORS)]
+    position = sorted(cases.TOPOLOGIES).index(topology_name)
+    rma_executor = RMA_EXECUTORS[position % len(RMA_EXECUTORS)]
     try:
-        failures = check_topology(raw, rma_executors=(rma_executor,))
+        failures = check_topology(raw, rma_executors=(rma_executor,), rtr_tree=RTR_TREES[position % len(RTR_TREES)])
     finally:
         raw.Free()
     everyone_ok = world.allreduce(not failures, op=MPI.LAND)

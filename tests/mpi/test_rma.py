@@ -117,15 +117,86 @@ def test_counts_of_a_run_are_deterministic(ring, executor):
         counts = built.counts()
     finally:
         built.free()
-    peers = len({(RANK - 1) % SIZE, (RANK + 1) % SIZE})
+    peers = len({(RANK - 1) % SIZE, (RANK + 1) % SIZE} - {RANK})  # a rank sends itself no RTR
     assert counts["steps"] == 1 and counts["puts"] == 2 and counts["bytes_put"] == 2 * 3 * 8
-    assert counts["rtr_messages"] == peers
+    assert counts["rtr_sent"] == counts["rtr_received"] == peers
+    assert counts["rtr_tree_depth"] == (1 if peers else 0)
     assert counts["staged_receives"] == counts["staged_sends"] == 0
     if executor == "rma":
         assert counts["epochs"] == 2
     else:
         assert counts["flag_only_receives"] == 0
-    assert comm.plan_stats("alltoall")["executor"] == executor
+    stats = comm.plan_stats("alltoall")
+    assert stats["executor"] == executor
+    names = ("rtr_sent", "rtr_received", "rtr_received_as_sender", "rtr_tree_depth")
+    assert {key: stats[key] for key in names} == {key: counts[key] for key in names}
+
+
+def _complete_graph():
+    """Every rank sends to every rank, itself included (an alltoall: the widest RTR fan-in)."""
+    return WORLD.Create_dist_graph_adjacent(list(range(SIZE)), list(range(SIZE)))
+
+
+@pytest.mark.parametrize("executor", RMA_EXECUTORS)
+@pytest.mark.parametrize("degree", [1, 2, 3])
+def test_rtr_tree_counts_and_results(executor, degree):
+    """SC12 II-C2 on the complete graph: a sender receives min(degree, P-1) RTR messages instead
+    of P-1, its tree is as deep as a complete degree-ary tree over P-1 receivers, every rank
+    sends one RTR per sender that puts into it, and what is sent is what is received."""
+    raw = _complete_graph()
+    comm = sparsecoll.wrap(raw, "direct", executor=executor, executor_options={"rtr_tree": degree})
+    try:
+        send = _blocks(comm, 3, 5, executor == "rma_canary")
+        recv = numpy.full(SIZE * 3, -1.0)
+        comm.Neighbor_alltoall(send, recv)
+        assert recv.tobytes() == _library_alltoall(comm, send, 3).tobytes()
+        stats = comm.plan_stats("alltoall")
+        others = SIZE - 1
+        depth, reach, width = 0, 0, 1
+        while reach < others:
+            width *= degree
+            reach += width
+            depth += 1
+        assert stats["rtr_tree_depth"] == depth and stats["rtr_tree"] == degree
+        assert stats["rtr_sent"] == others and stats["rtr_received_as_sender"] == min(degree, others)
+        everyone = WORLD.allgather((stats["rtr_sent"], stats["rtr_received"]))
+        assert sum(sent for sent, _ in everyone) == sum(received for _, received in everyone) == SIZE * others
+        built = comm.runtime.requests_for(comm.runtime.bind_uncached(comm.plan, "alltoall", send, recv), executor)
+        try:
+            assert built.counts()["rtr_received"] == others  # without the tree: one per receiver
+        finally:
+            built.free()
+    finally:
+        comm.Free()  # the handle (shared with raw) and sparsecoll's duplicate
+
+
+@pytest.mark.parametrize("bad, error", [({"rtr_tree": 0}, ValueError), ({"rtr_tree": "2"}, TypeError),
+                                        ({"rtr_depth": 2}, ValueError), ([("rtr_tree", 2)], TypeError)])
+def test_bad_executor_options_raise_at_wrap(ring, bad, error):
+    with pytest.raises(error, match="executor_options"):
+        sparsecoll.wrap(ring, "direct", executor="rma", executor_options=bad)
+    with pytest.raises(ValueError, match="executor_options"):
+        sparsecoll.wrap(ring, "direct", executor="steps", executor_options={"rtr_tree": 2})
+
+
+def test_a_run_that_raises_gives_up_its_turn(ring, monkeypatch):
+    """A run whose puts raise (on every rank) detaches and ends its turn: the next call on the
+    window runs instead of waiting forever behind it."""
+    comm = sparsecoll.wrap(ring, "direct", executor="rma_canary")
+    send = _blocks(comm, 2, 0, False)
+    recv = numpy.full(comm.topology.indegree * 2, -1.0)
+    comm.Neighbor_alltoall(send, recv)  # the window exists
+
+    def refuse(run, step):
+        raise MPI.Exception(MPI.ERR_RMA_SYNC)
+    monkeypatch.setattr(rma.RmaRun, "_put", refuse)
+    with pytest.raises(MPI.Exception):
+        comm.Neighbor_alltoall(send, numpy.full(comm.topology.indegree * 2, -1.0))
+    monkeypatch.undo()
+    WORLD.Barrier()
+    again = numpy.full(comm.topology.indegree * 2, -1.0)
+    comm.Neighbor_alltoall(_blocks(comm, 2, 1, False), again)
+    assert again.tobytes() == _library_alltoall(comm, _blocks(comm, 2, 1, False), 2).tobytes()
 
 
 @pytest.mark.parametrize("executor", RMA_EXECUTORS)
@@ -204,3 +275,35 @@ def test_a_window_failing_on_one_rank_falls_back_on_every_rank(ring, monkeypatch
     label = comm.plan_stats("alltoall")["executor"]
     assert label.startswith("steps (rma fallback: "), label
     assert WORLD.allgather(label.startswith("steps")) == [True] * SIZE
+
+
+class _LockRefused:
+    """A window whose ``Lock_all`` fails as a library's could (everything else: the window's)."""
+
+    def __init__(self, window):
+        self.window = window
+
+    def Lock_all(self):
+        raise MPI.Exception(MPI.ERR_WIN)
+
+    def __getattr__(self, name):
+        return getattr(self.window, name)
+
+
+def test_windows_made_everywhere_are_freed_when_a_later_step_fails(ring, monkeypatch):
+    """The canary's window is made on every rank and ``Lock_all`` fails on one: every rank
+    falls back and the windows are freed together (not left behind)."""
+    made = rma.create_window
+    windows = []
+
+    def create(comm):
+        windows.append(made(comm))
+        return _LockRefused(windows[-1]) if RANK == SIZE - 1 else windows[-1]
+    monkeypatch.setattr(rma, "create_window", create)
+    comm = sparsecoll.wrap(ring, "direct", executor="rma_canary")
+    send = _blocks(comm, 2, 0, False)
+    recv = numpy.full(comm.topology.indegree * 2, -1.0)
+    comm.Neighbor_alltoall(send, recv)
+    assert recv.tobytes() == _library_alltoall(comm, send, 2).tobytes()
+    assert comm.plan_stats("alltoall")["executor"].startswith("steps (rma_canary fallback: ")
+    assert len(windows) == 1 and windows[0] == MPI.WIN_NULL

@@ -16,6 +16,9 @@ next (:class:`.dag.DagRun`); :mod:`sparsecoll.runtime.progress` runs both kinds.
 that needs collective set-up per communicator (a window) has a class method ``prepare(comm)``
 returning a :class:`.rma.Prepared` (the factory the runtime calls instead of the class, the
 label ``plan_stats`` shows, and ``close()``); :func:`prepare` gives one for every executor.
+An executor that takes options (``wrap(..., executor_options={...})``; today the RMA
+executors' ``rtr_tree``) has a class method ``check_options(options)``; :func:`check_options`
+checks them for any executor.
 """
 
 from __future__ import annotations
@@ -40,6 +43,22 @@ def get(name) -> type:
         return EXECUTORS[name]
     except KeyError:
         raise ValueError(f"executor: expected one of {sorted(EXECUTORS)}, got {name!r}") from None
+
+
+def check_options(name: str, options) -> dict:
+    """The executor ``name``'s ``options`` checked (errors name ``executor_options``); executors
+    without a ``check_options`` take none."""
+    cls = get(name)
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise TypeError(f"executor_options: expected a dict, got {type(options).__name__}")
+    checker = getattr(cls, "check_options", None)
+    if checker is None:
+        if options:
+            raise ValueError(f"executor_options: the {name!r} executor takes no options, got {sorted(options)}")
+        return {}
+    return checker(options)
 
 
 def prepare(name: str, comm) -> Prepared:

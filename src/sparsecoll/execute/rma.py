@@ -83,11 +83,27 @@ Decisions, with their reasons:
   100 outstanding calls each attaching their own failed with ``MPI_ERR_RMA_ATTACH``). A run
   attaches its regions when its turn comes (a region starting in the page where the previous
   one ends is attached with it) and detaches them when it ends.
-* The RTR tree of II-C2 (combining RTR messages per sender) is not implemented: each RTR is one
-  point-to-point message per (step, peer), the "traditional" protocol of the paper's Fig. 5(a).
+* **RTR messages**: by default one point-to-point message per (step, sender, receiver), the
+  "traditional" protocol of the paper's Fig. 5(a); a rank that puts into itself reads its own
+  addresses and sends itself nothing. With the executor option ``rtr_tree=k``
+  (``wrap(..., executor_options={"rtr_tree": k})``) the RTR tree of II-C2 (Fig. 5(b)): per step,
+  the receivers of each sender combine their RTRs along a ``k``-ary tree rooted at the sender
+  (:mod:`.rtr_tree`: its shape, and the protocol that tells every receiver its place, run once per
+  Pattern when the first call plan is made, collectively). A receiver's combined RTR leaves
+  once its own region is ready (PSCW: its exposure epoch is open) and its children's arrived.
+  The RTRs a rank sends one parent go in (step, sender) order and the parent posts its receives
+  from one child in sender order, one by one (``MPI_Startall`` starts in an arbitrary order), so
+  messages of one tag match; an RTR of step ``s`` can only wait on RTRs of its own tree's
+  subtree and on earlier ones to the same parent, so no cycle of waits forms. A run forwards
+  from ``start``, ``test`` and ``wait``, and every RTR of a step has left before the step
+  waits for its RTEs (another rank's puts may need it).
 * **Fallback**: where ``Win.Create_dynamic`` (or ``Lock_all``) raises on some rank, every rank
   learns it from one allreduce and runs the step executor; ``plan_stats`` reports
-  ``"steps (rma fallback: <reason>)"``.
+  ``"steps (rma fallback: <reason>)"``. Where every rank holds a window (a later step failed),
+  the windows are freed together; where creation itself failed on some rank, the windows made
+  elsewhere cannot be freed (``MPI_Win_free`` is collective over ranks that have none).
+* **Errors**: a run that raises gives up its turn in the window's order and detaches its
+  memory, so later runs are not held back behind it.
 
 Library faults met (see README's section on library faults): Open MPI 5.0.11 prints
 ``osc_ucx_component.c:375 Error: OSC UCX component priority set inside component query failed``
@@ -109,6 +125,10 @@ from mpi4py import MPI
 from ..bind import Schedule
 from .p2p import Executor as StepExecutor
 from .p2p import copy_requests, free_executor, joined, message_bytes, message_datatype
+from .rtr_tree import OPTION as RTR_TREE
+from .rtr_tree import build as build_trees
+from .rtr_tree import check_degree, flat_roles
+from .rtr_tree import counts as rtr_counts
 
 #: The canary word of ``rma_canary`` (II-C3): the last 8 bytes of every receive region hold it
 #: until the data arrives.
@@ -233,11 +253,27 @@ class _Send:
         self.whole = None  # datatype of every byte
 
 
+class _RtrOut:
+    """An RTR message this rank sends in one sender's tree: to ``parent``, once ``waits`` (the
+    receives from its children there) completed."""
+
+    __slots__ = ("parent", "sender", "send", "waits", "payload", "step")
+
+    def __init__(self, parent, sender, send, waits, payload):
+        self.parent = parent
+        self.sender = sender
+        self.send = send
+        self.waits = waits
+        self.payload = payload
+        self.step = 0  # position of its step in the run
+
+
 class _Step:
     """One step: its messages, the RTR messages and the groups of its epochs."""
 
-    def __init__(self, comm, tag, sends, recvs, staging, canary, flags_base):
+    def __init__(self, comm, tag, sends, recvs, staging, canary, flags_base, roles):
         me = comm.Get_rank()
+        self.roles = roles
         self.recvs = [_Receive(m.peer, m.pieces, staging) for m in recvs]
         count = {}
         self.sends = []
@@ -253,6 +289,9 @@ class _Step:
         self.comm = comm
         self.tag = tag
         self.to_peer = {p: count[p] for p in self.out_peers}
+        self.from_peer = {}
+        for r in self.recvs:
+            self.from_peer[r.peer] = self.from_peer.get(r.peer, 0) + 1
 
     def finish(self, staging: _Staging, datatypes: list, flag_address) -> None:
         """Resolve staging addresses, make the datatypes, copies and RTR requests (after allocation)."""
@@ -285,31 +324,64 @@ class _Step:
                 if canary and s.nbytes > WORD:
                     s.body = bytes_datatype(s.segments, s.nbytes - WORD)
                     datatypes.append(s.body)
-        # RTR payloads: per in-peer, the target address of each of its messages (and flag words)
+        # RTR messages (II-C2): per tree this rank belongs to, its own block (the target address of
+        # each message it receives from the tree's sender, and for the canary each flag word)
+        # followed by its children's payloads, received straight into place; its own tree's
+        # children deliver the blocks the puts need (:mod:`.rtr_tree`).
         width = 2 if canary else 1
-        self.rtr_payloads = []
-        self.rtr_sends = []
-        for peer in self.in_peers:
-            mine = [r for r in self.recvs if r.peer == peer]
-            payload = numpy.zeros(max(width * len(mine), 1), dtype=numpy.int64)
-            for k, r in enumerate(mine):
-                payload[k] = r.region
-                if canary:
-                    payload[len(mine) + k] = flag_address(r.flag)
-            self.rtr_payloads.append(payload)
-            self.rtr_sends.append(comm.Send_init([payload, width * len(mine), MPI.INT64_T], peer, tag))
+        roles = self.roles
+        self.rtr_outs = []
+        incoming = []  # (sender, child, request)
+        for sender in sorted(roles.parent):
+            children = roles.children.get(sender, [])
+            own = width * self.from_peer[sender]
+            payload = numpy.zeros(own + width * sum(m for _, m in children), dtype=numpy.int64)
+            self._own_block(sender, payload[:own], flag_address)
+            offset, waits = own, []
+            for child, messages in children:
+                part = payload[offset:offset + width * messages]
+                request = comm.Recv_init([part, len(part), MPI.INT64_T], child, tag)
+                incoming.append((sender, child, request))
+                waits.append(request)
+                offset += len(part)
+            send = comm.Send_init([payload, len(payload), MPI.INT64_T], roles.parent[sender], tag)
+            self.rtr_outs.append(_RtrOut(roles.parent[sender], sender, send, waits, payload))
         self.rtr_arrived = {}
-        self.rtr_recvs = []
-        for peer in self.out_peers:
-            n = self.to_peer[peer]
-            arrived = numpy.zeros(max(width * n, 1), dtype=numpy.int64)
-            self.rtr_arrived[peer] = arrived
-            self.rtr_recvs.append(comm.Recv_init([arrived, width * n, MPI.INT64_T], peer, tag))
+        self.rtr_root = []  # the receives of this rank's own tree
+        self._root_buffers = []
+        for child, messages in roles.children.get(self.me, []):
+            buffer = numpy.zeros(width * messages, dtype=numpy.int64)
+            self._root_buffers.append(buffer)
+            request = comm.Recv_init([buffer, len(buffer), MPI.INT64_T], child, tag)
+            incoming.append((self.me, child, request))
+            self.rtr_root.append(request)
+            offset = 0
+            for receiver, count in roles.blocks[child]:
+                self.rtr_arrived[receiver] = buffer[width * offset:width * (offset + count)]
+                offset += count
+        if self.me in self.to_peer:  # messages to itself: its own addresses, no RTR message
+            block = numpy.zeros(width * self.from_peer[self.me], dtype=numpy.int64)
+            self._own_block(self.me, block, flag_address)
+            self.rtr_arrived[self.me] = block
+        # posted one by one in sender order: two receives from one rank match in the order posted
+        # (MPI_Startall starts its requests in an arbitrary order)
+        self.rtr_recvs = [request for _, _, request in sorted(incoming, key=lambda x: (x[0], x[1]))]
+        self.rtr_sends = [out.send for out in self.rtr_outs]
+        self.relays = sum(1 for out in self.rtr_outs if out.waits)
+        self.unsent = 0
         group = comm.Get_group()
         self.in_group = group.Incl(self.in_peers) if self.in_peers else None
         self.out_group = group.Incl(self.out_peers) if self.out_peers else None
         group.Free()
         self.waiting = [r for r in self.recvs if r.nbytes]  # messages whose RTE is awaited
+
+    def _own_block(self, sender: int, block, flag_address) -> None:
+        """Fill ``block`` with the target addresses (then flag words) of the messages from ``sender``."""
+        mine = [r for r in self.recvs if r.peer == sender]
+        for k, r in enumerate(mine):
+            block[k] = r.region
+            if self.canary:
+                block[len(mine) + k] = flag_address(r.flag)
 
     def target_address(self, s: _Send) -> int:
         """Where ``s`` goes (from the RTR that arrived)."""
@@ -384,6 +456,15 @@ class RmaRun:
         self.put_done = False
         self.attached = []
         self.flagged = 0  # flag words this rank set in the current run (canary: colliding or short tails)
+        # the RTR messages to each parent, in (step, sender) order: the order they are sent in, so
+        # that they match the parent's receives (posted in sender order step by step)
+        by_parent = {}
+        for position, step in enumerate(steps):
+            for out in step.rtr_outs:
+                out.step = position
+                by_parent.setdefault(out.parent, []).append(out)
+        self.to_parents = list(by_parent.values())
+        self.queues = []
 
     # -- the stage interface ------------------------------------------------------------
     @property
@@ -406,7 +487,14 @@ class RmaRun:
         self.ticket = self.order.take() if self.reserved is None else self.reserved
         self.reserved = None
         self.entered = False
-        self._try_enter()
+        self.queues = [list(reversed(outs)) for outs in self.to_parents]  # next message last
+        for step in self.steps_:
+            step.unsent = len(step.rtr_outs)
+        try:
+            self._try_enter()
+        except BaseException:
+            self._abandon()
+            raise
 
     def _try_enter(self) -> bool:
         """Once every earlier run on the window has ended: attach the memory, enter the first step."""
@@ -436,9 +524,6 @@ class RmaRun:
                 if r.tail is not None:
                     ctypes.c_uint64.from_address(r.tail).value = CANARY
         self.window.Sync()
-        for step in self.steps_:
-            if step.rtr_sends:
-                _Startall(step.rtr_sends)
 
     def _enter(self) -> None:
         """Start the current step (skipping empty ones at the end)."""
@@ -446,13 +531,28 @@ class RmaRun:
         if self.step >= len(self.steps_):
             return
         step = self.steps_[self.step]
-        if step.rtr_recvs:
-            _Startall(step.rtr_recvs)
-        if not self.canary:
-            if step.in_group is not None:
-                self.window.Post(step.in_group, MPI.MODE_NOCHECK)
-            if step.rtr_sends:
-                _Startall(step.rtr_sends)
+        for request in step.rtr_recvs:
+            request.Start()
+        if not self.canary and step.in_group is not None:
+            self.window.Post(step.in_group, MPI.MODE_NOCHECK)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Send every RTR message whose turn has come: this rank is ready for its step (PSCW: the
+        step's exposure epoch is open; canary: every region was armed at the start), the
+        children's messages it combines arrived, and the earlier messages to its parent left."""
+        current = self.step
+        for queue in self.queues:
+            while queue:
+                out = queue[-1]
+                if out.waits:
+                    if out.step != current or not _Testall(out.waits):
+                        break
+                elif out.step != current and not self.canary:
+                    break
+                out.send.Start()
+                queue.pop()
+                self.steps_[out.step].unsent -= 1
 
     def _put(self, step: _Step) -> None:
         """Every RTR of the step arrived: pack, put, end the access epoch (or flush and tail)."""
@@ -527,7 +627,15 @@ class RmaRun:
         return self.flags.ctypes.data + WORD * r.flag
 
     def _advance(self, block: bool) -> bool:
-        """Move through the steps; True once the run is complete."""
+        """Move through the steps; True once the run is complete. A run that raises gives up its
+        turn (its memory detached), so later runs on the window are not held back by it."""
+        try:
+            return self._steps(block)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _steps(self, block: bool) -> bool:
         window = self.window
         if not self.entered and not self._try_enter():
             if block:
@@ -536,12 +644,23 @@ class RmaRun:
         while self.step < len(self.steps_):
             step = self.steps_[self.step]
             if not self.put_done:
-                if block:
-                    _Waitall(step.rtr_recvs)
-                elif not _Testall(step.rtr_recvs):
-                    return False
+                self._pump()
+                if block and not step.relays:
+                    _Waitall(step.rtr_root)  # nothing to forward in this step: MPI may block
+                while not _Testall(step.rtr_root):
+                    if not block:
+                        return False
+                    os.sched_yield()  # forwarding: other ranks' RTRs pass through this one
+                    self._pump()
                 self._put(step)
                 self.put_done = True
+            # every RTR of the step leaves before its RTEs are awaited: other ranks' puts may need them
+            self._pump()
+            while step.unsent:
+                if not block:
+                    return False
+                os.sched_yield()
+                self._pump()
             if block:
                 if self.canary:
                     while not self._arrived(step):
@@ -565,6 +684,15 @@ class RmaRun:
             self.order.finish(self.ticket)
             self.ticket = None
         return True
+
+    def _abandon(self) -> None:
+        """After an error: detach the memory and give up the turn (later runs may go)."""
+        try:
+            self._detach()
+        finally:
+            if self.ticket is not None:
+                self.order.finish(self.ticket)
+                self.ticket = None
 
     def _detach(self) -> None:
         for memory in self.attached:
@@ -594,19 +722,26 @@ def _copy_last_bytes(segments, destination: int) -> None:
 def open_window(comm: MPI.Comm, canary: bool):
     """``(window, None)`` or ``(None, reason)``: the dynamic window of one variant, agreed by every rank.
 
-    Collective. Where creating it raised on some rank, every rank falls back (one allreduce);
-    a window made on the ranks where it worked is then left unused (freeing it is collective
+    Collective. Where creating it raised on some rank, every rank falls back (one allreduce); the
+    windows are freed where every rank made one, else left unused (freeing one is collective
     over ranks that have none).
     """
-    window, reason = None, None
+    window, reason, locked = None, None, False
     try:
         window = create_window(comm)
         if canary:
             window.Lock_all()
+            locked = True
     except MPI.Exception as error:
         reason = f"{type(error).__name__}: {error}".replace("\n", " ")[:200]
-    failed = comm.allreduce(reason is not None, op=MPI.LOR)
+    anywhere = numpy.array([reason is not None, window is None], dtype=numpy.int32)
+    comm.Allreduce(MPI.IN_PLACE, anywhere, op=MPI.MAX)
+    failed, one_missing = bool(anywhere[0]), bool(anywhere[1])
     if failed:
+        if not one_missing:  # a later step failed somewhere: free the windows together
+            if locked:
+                window.Unlock_all()
+            window.Free()
         return None, reason or "another rank could not create its window"
     return window, None
 
@@ -663,15 +798,20 @@ class _Factory:
     """Makes the executors of one window; ``reserve``/``release`` serve calls that make their
     executor after the call (the size pass of v/w calls runs first)."""
 
-    __slots__ = ("cls", "window", "order")
+    __slots__ = ("cls", "window", "order", "trees")
 
-    def __init__(self, cls, window, order):
+    def __init__(self, cls, window, order, trees=None):
         self.cls = cls
         self.window = window
         self.order = order
+        self.trees = trees  # the RTR tree roles per step of the Pattern (None: one RTR per peer)
 
     def __call__(self, comm, schedule, tag):
-        return self.cls(comm, schedule, tag, window=self.window, order=self.order)
+        return self.cls(comm, schedule, tag, window=self.window, order=self.order, trees=self.trees)
+
+    def with_trees(self, trees) -> _Factory:
+        """The factory of schedules bound from the Pattern whose RTR tree roles are ``trees``."""
+        return _Factory(self.cls, self.window, self.order, trees)
 
     def reserve(self) -> int:
         """A ticket for a call whose executor comes later."""
@@ -685,15 +825,46 @@ class _Factory:
 
 class Prepared:
     """What a communicator runs for an executor name: a factory ``(comm, schedule, tag)``, the label
-    ``plan_stats`` shows, and what to release with the communicator."""
+    ``plan_stats`` shows, and what to release with the communicator.
 
-    __slots__ = ("factory", "label", "_window", "_canary")
+    :meth:`factory_for` and :meth:`counts` serve executor options that depend on the Pattern
+    (the RTR tree of the RMA executors); without a window they are the plain factory and nothing.
+    """
+
+    __slots__ = ("factory", "label", "_window", "_canary", "_trees")
 
     def __init__(self, factory, label: str, window=None, canary: bool = False):
         self.factory = factory
         self.label = label
         self._window = window
         self._canary = canary
+        self._trees = {}  # (pattern key, degree) -> RTR tree roles per step
+
+    def factory_for(self, key, pattern, options, comm):
+        """The factory for schedules bound from ``pattern`` (cached under ``key``) with the
+        executor ``options``; collective where it builds the pattern's RTR trees (the first time
+        for ``key``, reached by every rank together)."""
+        degree = options.get(RTR_TREE)
+        if self._window is None or degree is None:
+            return self.factory
+        trees = self._trees.get((key, degree))
+        if trees is None:
+            trees = self._trees[(key, degree)] = build_trees(pattern, comm, degree)
+        return self.factory.with_trees(trees)
+
+    def counts(self, key, pattern, options, rank: int) -> dict:
+        """The RTR numbers of one run of ``pattern`` on ``rank`` (:func:`.rtr_tree.counts`); empty
+        where no window runs it. Never communicates: RuntimeError where the trees are not built."""
+        if self._window is None:
+            return {}
+        degree = options.get(RTR_TREE)
+        if degree is None:
+            return rtr_counts([flat_roles(rank, step.sends, step.recvs) for step in pattern.steps])
+        trees = self._trees.get((key, degree))
+        if trees is None:
+            raise RuntimeError(f"plan_stats: the RTR trees ({RTR_TREE}={degree}) are built by the first call of "
+                               "the collective (collective); make it on every rank first")
+        return {**rtr_counts(trees), RTR_TREE: degree}
 
     def close(self) -> None:
         """Free the window (collective; idempotent)."""
@@ -714,17 +885,24 @@ class Executor:
 
     __slots__ = ("steps", "_datatypes", "_schedule", "_parts", "_keep")
 
-    def __init__(self, comm: MPI.Comm, schedule: Schedule, tag: int, *, window: MPI.Win, order=None):
+    #: The executor options (``wrap(..., executor_options={...})``): the RTR tree's degree.
+    OPTIONS = (RTR_TREE,)
+
+    def __init__(self, comm: MPI.Comm, schedule: Schedule, tag: int, *, window: MPI.Win, order=None, trees=None):
         canary = self.canary
+        me = comm.Get_rank()
+        if trees is not None and len(trees) != len(schedule.steps):
+            raise ValueError(f"trees: {len(trees)} steps of RTR tree roles for a schedule of {len(schedule.steps)}")
         self._schedule = schedule  # keeps its temporary space alive
         self._datatypes = datatypes = []
         staging = _Staging()
         parts = []
         flags_used = 0
-        for sends, recvs in schedule.steps:
+        for index, (sends, recvs) in enumerate(schedule.steps):
             if not sends and not recvs:
                 continue
-            parts.append(_Step(comm, tag, sends, recvs, staging, canary, flags_used))
+            roles = trees[index] if trees is not None else flat_roles(me, sends, recvs)
+            parts.append(_Step(comm, tag, sends, recvs, staging, canary, flags_used, roles))
             flags_used += len(recvs)
         staging.allocate()
         flags = numpy.zeros(max(flags_used, 1), dtype=numpy.uint64)
@@ -744,6 +922,15 @@ class Executor:
             self.steps.append(copies)
 
     @classmethod
+    def check_options(cls, options: dict) -> dict:
+        """``options`` checked (``rtr_tree``: the RTR tree's degree, an int >= 1), else an error
+        naming ``executor_options``."""
+        unknown = sorted(set(options) - set(cls.OPTIONS))
+        if unknown:
+            raise ValueError(f"executor_options: {cls.name} takes {list(cls.OPTIONS)}, got {unknown}")
+        return {name: check_degree(value) for name, value in options.items()}
+
+    @classmethod
     def prepare(cls, comm: MPI.Comm) -> Prepared:
         """Open this variant's window on ``comm`` (collective), or fall back to the step executor."""
         window, reason = open_window(comm, cls.canary)
@@ -761,11 +948,12 @@ class Executor:
         return False
 
     def counts(self) -> dict:
-        """Deterministic numbers of one run: epochs, RTR messages, puts and bytes put by this rank."""
+        """Deterministic numbers of one run: epochs, RTR messages sent and received and the depth of
+        this rank's RTR trees, puts and bytes put by this rank."""
         parts = self._parts
         puts = sum(1 for part in parts for s in part.sends if s.nbytes)
         out = {"steps": len(parts),
-               "rtr_messages": sum(len(part.out_peers) for part in parts),
+               **rtr_counts([part.roles for part in parts]),
                "puts": puts,
                "bytes_put": sum(s.nbytes for part in parts for s in part.sends),
                "staged_receives": sum(1 for part in parts for r in part.recvs if r.slot is not None and r.nbytes),

@@ -143,9 +143,12 @@ class CommRuntime:
                 f"comm.pattern({collective!r}) on every rank first")
         prepared = self._executors.get(plan.executor)
         executor = plan.executor if prepared is None else prepared.label
+        key = self._pattern_key(plan, family)
         result = {"algorithm": plan.algorithm, "executor": "library" if plan.native else executor,
                   **stats(pattern),
-                  "build_seconds": self.build_seconds.get(self._pattern_key(plan, family), 0.0)}
+                  "build_seconds": self.build_seconds.get(key, 0.0)}
+        if prepared is not None and not plan.native:  # the executor's own numbers (RMA: its RTR messages)
+            result.update(prepared.counts(key, pattern, plan.executor_options, self.private.Get_rank()))
         if explained is not None:
             result["auto"] = explained
         result["persistence"] = level
@@ -253,8 +256,10 @@ class CommRuntime:
         runs = self
         if plan.persistence.exact_bytes:  # its calls are checked against the weights first
             runs = levels.CheckedRuntime(self, self.exact_bytes_check(collective))
+        self.executor_factory(plan.executor)
+        factory = self._executors[plan.executor].factory_for(key, pattern, plan.executor_options, self.private)
         found = CallPlan(collective, key[0], pattern, regular_needs if collective in REGULAR else vector_needs,
-                         plan.rebind, runs, self.executor_factory(plan.executor))
+                         plan.rebind, runs, factory)
         self._call_plans[(plan.key, plan.rebind, collective)] = found
         return found
 
@@ -405,6 +410,11 @@ class CommRuntime:
         send, recv = self.parse_uncached(call.collective, sendbuf, recvbuf)
         sizes = self.run_size_pass(call, send) if call.size_pass else None
         return self.bind(call, send, recv, sizes)
+
+    def call_requests(self, plan: Plan, collective: str, schedule):
+        """The persistent requests and datatypes a call of ``plan``'s ``collective`` makes for
+        ``schedule`` (its executor with the plan's executor options; never started: ``.free()`` them)."""
+        return self.call_plan(plan, collective).executor(self.private, schedule, BLOCKING_CHANNEL)
 
     def requests_for(self, schedule, executor: str = execute.DEFAULT_EXECUTOR):
         """The persistent requests and datatypes a call of ``executor`` (a name of

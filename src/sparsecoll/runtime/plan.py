@@ -16,15 +16,15 @@ from .persistence import BLOCK_BYTES_OPTION, NONE, Persistence
 
 @dataclass(frozen=True)
 class Plan:
-    """A wrapper's request: algorithm (``"auto"`` or registered), checked options, rebind, executor,
-    and the persistence level of its info keys (:mod:`sparsecoll.runtime.persistence`).
+    """A wrapper's request: algorithm (``"auto"`` or registered), checked options, rebind, executor
+    and its options, and the persistence level of its info keys (:mod:`sparsecoll.runtime.persistence`).
 
     ``key`` identifies everything that shapes the messages, by value, so it is the same
     on every rank: the algorithm, every option but ``grid`` (which only shapes the
     handle's Topology, kept by the runtime), the executor, whether
     ``cdag_exact_byte_communications`` is set (it changes auto's choice and puts a check
-    on every call) and, for ``auto``, whether ``cdag_static_buffers`` is (auto then also
-    considers the RMA executor). ``profile`` and ``verify_choice`` are ``auto``'s
+    on every call), for ``auto``, whether ``cdag_static_buffers`` is (auto then also
+    considers the RMA executor), and the executor's options. ``profile`` and ``verify_choice`` are ``auto``'s
     (:mod:`sparsecoll.runtime.auto`); they shape only what auto decides, and its decisions
     are agreed by every rank, so they are not in the key. Neither is
     ``cdag_strict_communication``, which only moves set-up to ``wrap``, nor
@@ -38,13 +38,15 @@ class Plan:
     profile: Profile = BUILTIN
     verify_choice: bool = False
     persistence: Persistence = NONE
+    executor_options: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     key: tuple = field(init=False)
     native: bool = field(init=False)
 
     def __post_init__(self):
         shaping = tuple((name, repr(value)) for name, value in sorted(self.options.items()) if name != GRID_OPTION)
+        executing = tuple(sorted(self.executor_options.items()))
         object.__setattr__(self, "key", (self.algorithm, shaping, self.executor, self.persistence.exact_bytes,
-                                         self.persistence.static_buffers and self.auto))
+                                         self.persistence.static_buffers and self.auto, executing))
         runs_library = self.algorithm != algorithms.AUTO and algorithms.get(self.algorithm).runs_library
         object.__setattr__(self, "native", runs_library)
 
@@ -71,7 +73,7 @@ class Plan:
 
 def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
               executor: str = execute.DEFAULT_EXECUTOR, profile=None, verify_choice: bool = False,
-              persistence: Persistence = NONE) -> Plan:
+              persistence: Persistence = NONE, executor_options=None) -> Plan:
     """Check a wrapper's arguments (raising before any message is sent) and make its Plan.
 
     ``profile``: ``auto``'s profile (a path or a Profile; default: see
@@ -79,7 +81,7 @@ def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
     ``persistence``: the level of the wrapper's info keys (:func:`.persistence.level`).
     """
     algorithms.check_name(algorithm)
-    execute.get(executor)
+    checked_executor_options = execute.check_options(executor, executor_options)
     if not isinstance(rebind, bool):
         raise TypeError(f"rebind: expected a bool, got {type(rebind).__name__}")
     if not isinstance(verify_choice, bool):
@@ -87,7 +89,7 @@ def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
     checked = algorithms.check_options(algorithm, with_loggp_file(options), size)
     chosen_profile = resolve_profile(profile) if algorithm == algorithms.AUTO else BUILTIN
     return Plan(algorithm, MappingProxyType(dict(checked)), rebind, executor, chosen_profile, verify_choice,
-                persistence)
+                persistence, MappingProxyType(checked_executor_options))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -44,7 +44,8 @@ def add_arguments(parser) -> None:
                         help="comma list (default: all that support the topology), each NAME[+OPTION[=VALUE]]... "
                              "(e.g. direct+coloring: its own column)")
     parser.add_argument("--executors", default="steps",
-                        help="comma list of executors (steps, dag, rma, rma_canary): every algorithm that builds "
+                        help="comma list of executors (steps, dag, rma, rma_canary), each NAME[+OPTION=VALUE]... "
+                             "(rma+rtr_tree=4: the RTR tree of degree 4): every algorithm that builds "
                              "a pattern is measured once per executor in the same repetitions (columns "
                              "name[executor] when not steps alone); native and auto once")
     parser.add_argument("--mode", default=["persistent"], type=parse_modes, metavar="MODE[,MODE...]",
@@ -103,11 +104,19 @@ def _check_algorithms(args) -> None:
     """Reject a bad ``--algorithms`` or ``--executors`` entry before anything is launched."""
     from sparsecoll import executors as executor_names
     from sparsecoll.algorithms import check_options, parse_variant
+
+    from .runner import parse_executor
     try:
         executors = _executors(args)
-        if not executors or any(e not in executor_names() for e in executors):
+        if not executors:
             raise ValueError(f"--executors: expected a comma list of {', '.join(executor_names())}, "
                              f"got {args.executors!r}")
+        for text in executors:
+            try:
+                parse_executor(text)
+            except ValueError as exc:
+                raise ValueError(f"--executors: expected a comma list of {', '.join(executor_names())} "
+                                 f"(each NAME[+OPTION=VALUE]...), got {args.executors!r} ({exc})") from None
         for text in (args.algorithms or "").split(","):
             if text.strip():
                 check_options(*parse_variant(text), args.np or DEFAULT_RANKS)

@@ -77,9 +77,25 @@ def check_executor(name: str) -> str:
     return name
 
 
+def parse_executor(text: str) -> tuple:
+    """``NAME[+OPTION=VALUE]...`` (e.g. ``rma+rtr_tree=4``) -> ``(name, options)`` with integer
+    values (ValueError naming ``executor`` otherwise); the options are checked by ``wrap``."""
+    name, *parts = [part.strip() for part in str(text).strip().split("+")]
+    check_executor(name)
+    options = {}
+    for part in parts:
+        key, _, value = part.partition("=")
+        try:
+            options[key] = int(value)
+        except ValueError:
+            raise ValueError(f"executor: bad option {part!r} in {text!r}; expected OPTION=INTEGER") from None
+    return name, options
+
+
 @dataclass(frozen=True)
 class Variant:
-    """One measured column: a registered algorithm with its options, run on one executor."""
+    """One measured column: a registered algorithm with its options, run on one executor
+    (``NAME[+OPTION=VALUE]...``: :func:`parse_executor`)."""
 
     label: str
     algorithm: str
@@ -90,7 +106,7 @@ class Variant:
     def parse(cls, text: str, executor: str = DEFAULT_EXECUTOR, label: str | None = None) -> Variant:
         """The variant ``NAME[+OPTION[=VALUE]]...`` on ``executor`` (label: ``text`` unless given)."""
         name, options = parse_variant(text)
-        check_executor(executor)
+        parse_executor(executor)
         return cls(text if label is None else label, name, options, executor)
 
     @property
@@ -100,7 +116,9 @@ class Variant:
 
     def wrap(self, comm, **keywords):
         """``comm`` wrapped with this variant's algorithm, options and executor."""
-        return wrap(comm, self.algorithm, executor=self.executor, **self.options, **keywords)
+        executor, executor_options = parse_executor(self.executor)
+        return wrap(comm, self.algorithm, executor=executor, executor_options=executor_options or None,
+                    **self.options, **keywords)
 
 
 def variants(texts, executors=(DEFAULT_EXECUTOR,)) -> list:
@@ -261,7 +279,7 @@ def phase2_seconds(world, comm, collective: str, buffers: Buffers, repetitions: 
         start, start_cpu = time.perf_counter(), time.thread_time()
         schedule = comm.runtime.bind_uncached(comm.plan, collective, buffers.sendspec, buffers.recvspec)
         bound = time.perf_counter()
-        executor = comm.runtime.requests_for(schedule, comm.plan.executor)
+        executor = comm.runtime.call_requests(comm.plan, collective, schedule)
         wall[k], cpu[k] = time.perf_counter() - start, time.thread_time() - start_cpu
         bind_wall[k] = bound - start
         executor.free()
@@ -289,11 +307,11 @@ def plan_numbers(world, workload: Workload, comm, collective: str, size: int) ->
 
 
 def executor_counts(world, comm, collective: str, buffers: Buffers) -> dict:
-    """The executor's own deterministic counts of one run (RMA executors: epochs, RTR messages,
-    puts, bytes put, staged regions), each as its maximum and mean over ranks; ``{}`` where the
-    executor counts nothing of its own."""
+    """The executor's own deterministic counts of one run (RMA executors: epochs, RTR messages
+    sent and received and the RTR tree depth, puts, bytes put, staged regions), each as its
+    maximum and mean over ranks; ``{}`` where the executor counts nothing of its own."""
     schedule = comm.runtime.bind_uncached(comm.plan, collective, buffers.sendspec, buffers.recvspec)
-    executor = comm.runtime.requests_for(schedule, comm.plan.executor)
+    executor = comm.runtime.call_requests(comm.plan, collective, schedule)
     try:
         counts = executor.counts() if hasattr(executor, "counts") else {}
     finally:
