@@ -5,13 +5,13 @@
 # (mpich/, ompi/, common/: mpi4py, platformdirs, greenlet, pymetis) on top of the machine's own
 # Python 3.12 packages (numpy, scipy, rich, matplotlib), and runs sparsecoll from src/.
 # usage: sh benchmarks/16core/run.sh BUDGET_SECONDS [GROUP...]   (matrices in .devdata/)
-# groups, in this order by default: hello calibrate callpath auto dag cg rma sc12 hier
+# groups, in this order by default: hello calibrate callpath auto dag cg rma sc12 rtr hier
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 BUDGET=${1:-500}
 [ $# -gt 0 ] && shift
-WANTED=${*:-hello calibrate callpath auto dag cg rma sc12 hier}
+WANTED=${*:-hello calibrate callpath auto dag cg rma sc12 rtr hier}
 wanted() { case " $WANTED " in *" $1 "*) return 0;; esac; return 1; }
 RES=benchmarks/16core
 WHL=${WHL:-.whl}
@@ -89,6 +89,14 @@ if wanted sc12; then for lib in mpich ompi; do   # SC12 section IV-B workloads a
     N=$(name_of $lib)
     step "$N-sc12-np16" 150 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK env NP=16 REPS=100 RESULTS="$RES/sc12-$N-np16" \
         MATRIX=.devdata/aug2dc_reconstructed.mtx sh benchmarks/sc12/run.sh /tmp/v-$lib $N
+done; fi
+if wanted rtr; then for lib in mpich ompi; do   # SC12 II-C2: RTR messages against the RTR tree, 16 ranks
+    N=$(name_of $lib)
+    for w in cart2d:cart:d=2 cart4d:cart:d=4 random:random:density=0.5,seed=1; do
+        step "$N-rtr-np16-${w%%:*}" 60 env $ROOT_OK /tmp/v-$lib/bin/sparsecoll bench --np 16 --reps 100 \
+            --mode persistent --executors steps,rma,rma+rtr_tree=2,rma+rtr_tree=4 --collective alltoall \
+            --topology "${w#*:}" --sizes 16,4096,65536 --algorithms native,direct --out "$RES/rtr-$N-np16/${w%%:*}"
+    done
 done; fi
 if wanted hier; then for lib in mpich ompi; do   # issue #22: Table I and Table II analogues, emulated nodes
     N=$(name_of $lib); mkdir -p "$RES/hier-$N"

@@ -157,7 +157,10 @@ def test_rtr_tree_counts_and_results(executor, degree):
             width *= degree
             reach += width
             depth += 1
-        assert stats["rtr_tree_depth"] == depth and stats["rtr_tree"] == degree
+        assert stats["rtr_tree_depth"] == depth and stats["rtr_tree"] == degree and stats["rtr_trees_built"]
+        other = sparsecoll.wrap(raw, "direct", executor=executor, executor_options={"rtr_tree": degree + 1})
+        early = other.plan_stats("alltoall")  # before its first call: the degree, not the trees' numbers
+        assert early["rtr_tree"] == degree + 1 and early["rtr_trees_built"] is False and "rtr_sent" not in early
         assert stats["rtr_sent"] == others and stats["rtr_received_as_sender"] == min(degree, others)
         everyone = WORLD.allgather((stats["rtr_sent"], stats["rtr_received"]))
         assert sum(sent for sent, _ in everyone) == sum(received for _, received in everyone) == SIZE * others

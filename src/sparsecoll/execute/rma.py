@@ -854,7 +854,8 @@ class Prepared:
 
     def counts(self, key, pattern, options, rank: int) -> dict:
         """The RTR numbers of one run of ``pattern`` on ``rank`` (:func:`.rtr_tree.counts`); empty
-        where no window runs it. Never communicates: RuntimeError where the trees are not built."""
+        where no window runs it. Never communicates: before the first call has built the RTR trees
+        (collectively) only the degree is known, and ``rtr_trees_built`` says so."""
         if self._window is None:
             return {}
         degree = options.get(RTR_TREE)
@@ -862,9 +863,8 @@ class Prepared:
             return rtr_counts([flat_roles(rank, step.sends, step.recvs) for step in pattern.steps])
         trees = self._trees.get((key, degree))
         if trees is None:
-            raise RuntimeError(f"plan_stats: the RTR trees ({RTR_TREE}={degree}) are built by the first call of "
-                               "the collective (collective); make it on every rank first")
-        return {**rtr_counts(trees), RTR_TREE: degree}
+            return {RTR_TREE: degree, "rtr_trees_built": False}
+        return {**rtr_counts(trees), RTR_TREE: degree, "rtr_trees_built": True}
 
     def close(self) -> None:
         """Free the window (collective; idempotent)."""
