@@ -474,16 +474,13 @@ class Hierarchy:
             source = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
         count, datatype = source.counts[0], source.types[0]
         self._agree("sendbuf", nbytes=packed_size(count, datatype), root=root)
-        plan = self.reduction_plan(datatype, op)
-        if plan is None:
-            self.library_calls += 1
+        reduced = self._reduced_on_node(source, count, datatype, op)
+        if reduced is None:
             return False
-        basic, per = plan
-        self._begin()
-        result = self._node_reduce([(source.address + source.displs[0], count, datatype)], count * per, basic, op)
+        result, elements, basic = reduced
         if self.leader is not None:
             root_node = self._root_node(root)
-            spec = [result, count * per, basic]
+            spec = [result, elements, basic]
             if self.layout.node == root_node:
                 self.leader.Reduce(MPI.IN_PLACE, spec, op, root=root_node)
             else:
@@ -492,6 +489,19 @@ class Hierarchy:
         if target is not None:
             unpack(result, 0, target.address + target.displs[0], count, datatype)
         return True
+
+    def _reduced_on_node(self, source, count: int, datatype, op):
+        """``(result, elements, basic)``: the node's reduction, in rank order, of every rank's ``count`` x
+        ``datatype`` at ``source`` as ``elements`` of the basic type ``basic``; None (counted as a library
+        call) when the library must run the call (:meth:`reduction_plan`)."""
+        plan = self.reduction_plan(datatype, op)
+        if plan is None:
+            self.library_calls += 1
+            return None
+        basic, per = plan
+        self._begin()
+        result = self._node_reduce([(source.address + source.displs[0], count, datatype)], count * per, basic, op)
+        return result, count * per, basic
 
     def allreduce(self, sendbuf, recvbuf, op, *, fixed: bool = False) -> bool:
         """``Allreduce`` (mpi4py's arguments); False when the library must run it.
@@ -503,15 +513,12 @@ class Hierarchy:
         _check_reduction_pair(source, target)
         count, datatype = target.counts[0], target.types[0]
         self._agree("sendbuf", nbytes=packed_size(count, datatype))
-        plan = self.reduction_plan(datatype, op)
-        if plan is None:
-            self.library_calls += 1
+        reduced = self._reduced_on_node(source, count, datatype, op)
+        if reduced is None:
             return False
-        basic, per = plan
-        self._begin()
-        result = self._node_reduce([(source.address + source.displs[0], count, datatype)], count * per, basic, op)
+        result, elements, basic = reduced
         if self.leader is not None:
-            self.leader.Allreduce(MPI.IN_PLACE, [result, count * per, basic], op)
+            self.leader.Allreduce(MPI.IN_PLACE, [result, elements, basic], op)
         self._barrier()
         unpack(result, 0, target.address + target.displs[0], count, datatype)
         return True
