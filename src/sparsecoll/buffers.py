@@ -370,3 +370,16 @@ def parse_w(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
     if not bottom:
         _check_bounds(result, nbytes, arg)
     return result
+
+
+def is_in_place(buf) -> bool:
+    """Whether a send (or root's receive) argument asks for in-place operation: ``MPI.IN_PLACE``,
+    or None as mpi4py reads it."""
+    return buf is None or buf is MPI.IN_PLACE
+
+
+def reject_in_place(buf, arg: str, collective: str) -> None:
+    """ValueError naming ``arg`` where a rank other than the root passes ``MPI.IN_PLACE`` (or None) to
+    ``collective``: the MPI standard allows it at the root only."""
+    if is_in_place(buf):
+        raise ValueError(f"{arg}: MPI.IN_PLACE (or None) is valid only at the root of {collective}")

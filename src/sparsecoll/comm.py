@@ -25,7 +25,7 @@ from mpi4py import MPI
 
 from .buffers import parse_simple
 from .checks import is_integer, positive_integer
-from .hierarchy import Hierarchy
+from .hierarchy import Hierarchy, objects
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .pattern import family_of
 from .runtime import CommRuntime, Plan, existing_runtime, make_plan, runtime_of
@@ -46,11 +46,12 @@ class GlobalCollectivesMixin:
 
     Blocking ``Allgather(v)``, ``Alltoall(v)``, ``Reduce_scatter(_block)``, ``Bcast``,
     ``Scatter(v)``, ``Gather(v)``, ``Reduce`` and ``Allreduce`` keep mpi4py's signatures and
-    semantics. The node structure (node and leader communicators, shared windows) is made by
+    semantics, and so do mpi4py's lowercase pickle-based ``allgather``, ``alltoall``, ``bcast``,
+    ``gather``, ``scatter``, ``reduce`` and ``allreduce``, which run on them
+    (:mod:`sparsecoll.hierarchy.objects`). The node structure (node and leader communicators, shared windows) is made by
     :func:`wrap` for an intracommunicator, else by the first global collective (collective, as
-    every rank makes that call). Everything else, the lowercase pickle-based methods
-    (``allgather``, ``bcast``, ...), the nonblocking and persistent forms, ``Alltoallw`` and the
-    scans included, stays the MPI library's own.
+    every rank makes that call). Everything else, the nonblocking and persistent forms, ``Alltoallw``,
+    ``barrier`` and the scans included, stays the MPI library's own.
     """
 
     _sc_hierarchy: Hierarchy | None = None
@@ -171,6 +172,50 @@ class GlobalCollectivesMixin:
         hierarchy = self._sc_hier()
         if hierarchy is None or not hierarchy.reduce_scatter(sendbuf, recvbuf, recvcounts, op, block=False):
             return super().Reduce_scatter(sendbuf, recvbuf, recvcounts, op)
+
+
+    # -- mpi4py's lowercase (pickle-based) forms, on the methods above (hierarchy.objects) --------
+    def allgather(self, sendobj):
+        """Every rank's object, in rank order, on every rank (pickled; the hierarchical Allgather(v))."""
+        if self._sc_hier() is None:
+            return super().allgather(sendobj)
+        return objects.allgather(self, sendobj)
+
+    def alltoall(self, sendobj):
+        """Item k of ``sendobj`` to rank k; item k of the result from rank k (the hierarchical Alltoall(v))."""
+        if self._sc_hier() is None:
+            return super().alltoall(sendobj)
+        return objects.alltoall(self, sendobj)
+
+    def bcast(self, obj, root: int = 0):
+        """``root``'s object on every rank (pickled; the hierarchical Bcast)."""
+        if self._sc_hier() is None:
+            return super().bcast(obj, root)
+        return objects.bcast(self, obj, root)
+
+    def gather(self, sendobj, root: int = 0):
+        """Every rank's object, in rank order, at ``root`` (None elsewhere; the hierarchical Gather(v))."""
+        if self._sc_hier() is None:
+            return super().gather(sendobj, root)
+        return objects.gather(self, sendobj, root)
+
+    def scatter(self, sendobj, root: int = 0):
+        """Item k of ``root``'s sequence ``sendobj`` on rank k (the hierarchical Scatter(v))."""
+        if self._sc_hier() is None:
+            return super().scatter(sendobj, root)
+        return objects.scatter(self, sendobj, root)
+
+    def reduce(self, sendobj, op=MPI.SUM, root: int = 0):
+        """``op`` folded over every rank's object in rank order, at ``root`` (None elsewhere), as mpi4py does."""
+        if self._sc_hier() is None:
+            return super().reduce(sendobj, op, root)
+        return objects.reduce(self, sendobj, op, root)
+
+    def allreduce(self, sendobj, op=MPI.SUM):
+        """``op`` folded over every rank's object in rank order, on every rank, as mpi4py does."""
+        if self._sc_hier() is None:
+            return super().allreduce(sendobj, op)
+        return objects.allreduce(self, sendobj, op)
 
 
 class _DefaultPlan:

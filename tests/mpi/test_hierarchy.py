@@ -496,6 +496,73 @@ def test_bad_arguments_raise_naming_them(comm):
     assert comm.hierarchy_stats()["calls"] == calls  # nothing ran
 
 
+def test_in_place_only_at_the_root(comm):
+    """MPI allows IN_PLACE in Reduce, Gather(v) and Scatter(v) at the root only: elsewhere it is a
+    ValueError naming the argument, raised before any message (so every rank may try it)."""
+    data, calls = numpy.ones(SIZE, dtype=numpy.int32), comm.hierarchy_stats()["calls"]
+    root = SIZE - 1
+    if RANK != root:
+        for in_place in (MPI.IN_PLACE, None):
+            with pytest.raises(ValueError, match="sendbuf: MPI.IN_PLACE .* only at the root of Reduce"):
+                comm.Reduce(in_place, data, root=root)
+            with pytest.raises(ValueError, match="sendbuf: MPI.IN_PLACE .* only at the root of Gather"):
+                comm.Gather(in_place, data, root=root)
+            with pytest.raises(ValueError, match="sendbuf: MPI.IN_PLACE .* only at the root of Gather"):
+                comm.Gatherv(in_place, [data, [1] * SIZE], root=root)
+            with pytest.raises(ValueError, match="recvbuf: MPI.IN_PLACE .* only at the root of Scatter"):
+                comm.Scatter(data, in_place, root=root)
+            with pytest.raises(ValueError, match="recvbuf: MPI.IN_PLACE .* only at the root of Scatter"):
+                comm.Scatterv([data, [1] * SIZE], in_place, root=root)
+    assert comm.hierarchy_stats()["calls"] == calls
+
+
+def _non_associative(a, b):
+    """Neither commutative nor associative: shows the order mpi4py combines objects in."""
+    return f"({a}.{b})"
+
+
+def test_lowercase_object_collectives(comm):
+    """mpi4py's pickle-based methods run on the hierarchical collectives and return exactly what
+    mpi4py's own return on COMM_WORLD: objects of every size per rank, every root, reductions by an
+    MPI.Op, a non-associative callable (mpi4py's combining order) and floating-point sums."""
+    calls = comm.hierarchy_stats()["calls"]
+    mine = {"rank": RANK, "data": list(range(RANK * 3)), "text": "x" * (RANK * 50)}
+    assert comm.allgather(mine) == WORLD.allgather(mine)
+    assert comm.allgather(None) == WORLD.allgather(None)
+    outgoing = [(RANK, k, "y" * ((RANK + k) % 4)) for k in range(SIZE)]
+    assert comm.alltoall(outgoing) == WORLD.alltoall(outgoing)
+    for root in ROOTS:
+        sent = {"root": root, "payload": numpy.arange(root + 2)} if RANK == root else None
+        got, expected = comm.bcast(sent, root), WORLD.bcast(sent, root)
+        assert got["root"] == expected["root"] and numpy.array_equal(got["payload"], expected["payload"])
+        assert comm.gather(mine, root) == WORLD.gather(mine, root)
+        pieces = [{"to": k, "bytes": b"z" * k} for k in range(SIZE)] if RANK == root else None
+        assert comm.scatter(pieces, root) == WORLD.scatter(pieces, root)
+        assert comm.reduce([RANK], MPI.SUM, root) == WORLD.reduce([RANK], MPI.SUM, root)
+        assert comm.reduce(str(RANK), _non_associative, root) == WORLD.reduce(str(RANK), _non_associative, root)
+    value = 0.1 * (RANK + 1) + 1e-17 * RANK
+    assert comm.allreduce(value, MPI.SUM) == WORLD.allreduce(value, MPI.SUM)
+    assert comm.allreduce(str(RANK), _non_associative) == WORLD.allreduce(str(RANK), _non_associative)
+    assert comm.allreduce(RANK, MPI.MAX) == SIZE - 1
+    assert comm.hierarchy_stats()["calls"] > calls  # they ran on the hierarchical collectives
+
+
+def test_lowercase_bad_arguments_raise_before_any_message(comm):
+    calls = comm.hierarchy_stats()["calls"]
+    with pytest.raises(ValueError, match=f"sendobj: {SIZE + 1} objects, but the communicator has {SIZE} ranks"):
+        comm.alltoall([0] * (SIZE + 1))
+    with pytest.raises(ValueError, match="root"):
+        comm.bcast(0, root=SIZE)
+    with pytest.raises(TypeError, match="root"):
+        comm.gather(0, root="0")
+    if RANK == 0:
+        with pytest.raises(TypeError, match="sendobj"):
+            comm.scatter(3, root=0)
+    with pytest.raises(TypeError, match="op"):
+        comm.allreduce(1, op="sum")
+    assert comm.hierarchy_stats()["calls"] == calls
+
+
 def test_non_commutative_op_on_scattered_nodes_runs_the_library():
     """Nodes that are not consecutive rank ranges cannot keep MPI's order across leaders."""
     from sparsecoll.hierarchy import Hierarchy

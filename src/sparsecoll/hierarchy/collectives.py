@@ -48,7 +48,7 @@ from functools import partial
 import numpy
 from mpi4py import MPI
 
-from ..buffers import parse_simple, parse_vector
+from ..buffers import is_in_place, parse_simple, parse_vector, reject_in_place
 from ..checks import is_integer
 from .copying import (
     pack,
@@ -76,11 +76,6 @@ from .reduce_dynamic import DynamicReduce
 BYTE = MPI.BYTE
 #: what the leaders call between nodes by default (reported by :meth:`Hierarchy.stats`)
 INTER_NODE = "the MPI library's collective on the leader communicator"
-
-
-def is_in_place(buf) -> bool:
-    """Whether a send argument asks for in-place operation (``MPI.IN_PLACE`` or None, as in mpi4py)."""
-    return buf is None or buf is MPI.IN_PLACE
 
 
 class Hierarchy:
@@ -276,6 +271,7 @@ class Hierarchy:
         """``(received, source, index)`` of a gather: the root's ``recvbuf`` parsed by ``parse_received``
         (None elsewhere) and where this rank's own block is (the root's may be IN_PLACE)."""
         if self.rank != root:
+            reject_in_place(sendbuf, "sendbuf", "Gather")
             return None, parse_simple(sendbuf, 1, readonly=True, arg="sendbuf"), 0
         received = parse_received(recvbuf, self.size, readonly=False, arg="recvbuf")
         return (received, *self._own_block(sendbuf, received, root, "sendbuf"))
@@ -347,6 +343,7 @@ class Hierarchy:
     def _scatter_target(self, recvbuf, root: int):
         if self.rank == root and is_in_place(recvbuf):
             return None
+        reject_in_place(recvbuf, "recvbuf", "Scatter")
         return parse_simple(recvbuf, 1, readonly=False, arg="recvbuf")
 
     def _scatter_inter(self, shared, root: int, counts, displs, start: int, own_total: int) -> None:
@@ -471,6 +468,7 @@ class Hierarchy:
             source = target if is_in_place(sendbuf) else parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
             _check_reduction_pair(source, target)
         else:
+            reject_in_place(sendbuf, "sendbuf", "Reduce")
             source = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
         count, datatype = source.counts[0], source.types[0]
         self._agree("sendbuf", nbytes=packed_size(count, datatype), root=root)

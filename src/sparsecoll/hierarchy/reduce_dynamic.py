@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy
 from mpi4py import MPI
 
-from ..buffers import parse_simple, span
+from ..buffers import is_in_place, parse_simple, reject_in_place, span
 from ..checks import is_integer
 from .node import ALIGNMENT, NodeLayout, SharedWindow
 
@@ -184,9 +184,9 @@ class DynamicReduce:
         root = int(root)
         _check_op(op)
         is_root = self.rank == root
-        in_place = _is_in_place(sendbuf)
-        if in_place and not is_root:
-            raise ValueError("sendbuf: MPI.IN_PLACE (or None) is valid only at the root of Reduce")
+        in_place = is_in_place(sendbuf)
+        if not is_root:
+            reject_in_place(sendbuf, "sendbuf", "Reduce")
         if not op.Is_commutative():
             self._fixed()
             return self.fixed_reduce(sendbuf, recvbuf, op, root)
@@ -207,7 +207,7 @@ class DynamicReduce:
             self._fixed()
             return self.fixed_allreduce(sendbuf, recvbuf, op)
         result = self._parse(recvbuf, "recvbuf", readonly=False)
-        mine = result if _is_in_place(sendbuf) else self._parse(sendbuf, "sendbuf", readonly=True)
+        mine = result if is_in_place(sendbuf) else self._parse(sendbuf, "sendbuf", readonly=True)
         _check_same(mine, result)
         self._dynamic(mine, result, op, 0, broadcast=True)
         return True
@@ -511,8 +511,6 @@ def _element_type(datatype: MPI.Datatype):
     return found
 
 
-def _is_in_place(sendbuf) -> bool:
-    return sendbuf is None or sendbuf is MPI.IN_PLACE
 
 
 def _check_op(op) -> None:
