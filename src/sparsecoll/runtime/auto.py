@@ -50,6 +50,7 @@ happen on every rank at the same call.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy
 from mpi4py import MPI
@@ -63,6 +64,7 @@ REPEATS = 8
 #: Pairs of (choice, native) blocking calls timed by ``verify_choice`` per size class.
 TRIALS = 5
 REGULAR = ("allgather", "alltoall")
+LAST_CLASS = model.CLASSES - 1
 UNKNOWN = -1  # a rank that cannot tell the block size of a regular call (no edge in the alltoall family)
 
 
@@ -115,6 +117,8 @@ class AutoDispatch:
         #: form -> receive-array bytes under which a call goes to the library (see :meth:`_library_limit`);
         #: updated whenever the tables are decided again, so the wrapper's shortcut reads it per call.
         self.library_below: dict = {}
+        #: receive blocks of a regular call (0 for the v/w forms: :meth:`_size_class` parses them)
+        self._in_blocks = runtime.topology.indegree if collective in REGULAR else 0
         self._agree(local_class)
 
     # -- the decision ------------------------------------------------------------------
@@ -152,6 +156,11 @@ class AutoDispatch:
             if name is not None and (name == model.NATIVE or family.built(name)) and not self._plan.verify_choice:
                 self._uniform[form] = name
             self.library_below[form] = self._library_limit(row)
+        #: form -> per size class, what a call runs once its choice is final (the library's method or
+        #: the chosen algorithm's runtime call), filled by :meth:`_runner`; local work only: emptied
+        #: here, whenever the tables change
+        self._settled = {form: [None] * model.CLASSES for form in ("blocking", "nonblocking")}
+        self._uniform_runs: dict = {}  # form -> its runner, for a form in ``_uniform`` (no size class needed)
 
     def _library_limit(self, row) -> int:
         """Receive-buffer bytes under which every call of a form with this table row is the library's.
@@ -232,8 +241,21 @@ class AutoDispatch:
 
     # -- calls -------------------------------------------------------------------------
     def _size_class(self, sendbuf, recvbuf) -> int:
-        if self.pinned is not None:
-            return self.pinned
+        """The call's size class: the pinned one, else its block's (:func:`block_bytes`).
+
+        A plain C-contiguous numpy receive array of a regular collective is split evenly over the
+        in-edges (mpi4py's rule for a buffer without a count), so its block is ``nbytes // indegree``
+        without a parse: the runtime parses the call once more to run it, and a second parse per
+        call cost about a microsecond here. Anything else (buffer specs, an uneven split, which
+        the parse rejects) is parsed."""
+        pinned = self.pinned
+        if pinned is not None:
+            return pinned
+        indegree = self._in_blocks
+        if type(recvbuf) is numpy.ndarray and indegree:
+            nbytes = recvbuf.nbytes
+            if not nbytes % indegree and recvbuf.flags.c_contiguous:
+                return min((nbytes // indegree).bit_length(), LAST_CLASS)  # model.size_class, inlined
         return model.size_class(block_bytes(self._comm_runtime, self.collective, sendbuf, recvbuf))
 
     def _call_plan(self, name: str):
@@ -242,13 +264,36 @@ class AutoDispatch:
             call = self._calls[name] = self._comm_runtime.call_plan(self._plan.resolved(name), self.collective)
         return call
 
+    def _runner(self, form: str, size_class: int):
+        """What a ``form`` call of ``size_class`` runs now (a callable of ``(sendbuf, recvbuf)``),
+        kept in ``_settled`` when the choice is final (native, or a built candidate)."""
+        name = self.choose(form, size_class)
+        if name == model.NATIVE:
+            run = self._native[form]
+        else:
+            call = self._call_plan(name)
+            run = partial(getattr(call.runtime, form), call)
+        if name == model.NATIVE or self._family.built(name):
+            self._settled[form][size_class] = run
+            if form in self._uniform:
+                self._uniform_runs[form] = run
+        return run
+
     def blocking(self, _, sendbuf, recvbuf):
         """A blocking call: the chosen algorithm (timed against native while ``verify_choice`` checks it)."""
-        name = self._uniform.get("blocking")
-        if name is None:
+        if self._plan.verify_choice:
+            return self._checked_blocking(sendbuf, recvbuf)
+        run = self._uniform_runs.get("blocking")
+        if run is None:
             size_class = self._size_class(sendbuf, recvbuf)
-            name = self.choose("blocking", size_class)
-        if self._plan.verify_choice and name != model.NATIVE and self.native_allowed:
+            run = self._settled["blocking"][size_class] or self._runner("blocking", size_class)
+        return run(sendbuf, recvbuf)
+
+    def _checked_blocking(self, sendbuf, recvbuf):
+        """A blocking call while ``verify_choice`` may still time the choice against native."""
+        size_class = self._size_class(sendbuf, recvbuf)
+        name = self.choose("blocking", size_class)
+        if name != model.NATIVE and self.native_allowed:
             name = self._trial(size_class, name, sendbuf, recvbuf)
             if name is None:
                 return None
@@ -259,11 +304,11 @@ class AutoDispatch:
 
     def nonblocking(self, _, sendbuf, recvbuf):
         """A nonblocking call of the chosen algorithm; returns its request."""
-        name = self._uniform.get("nonblocking") or self.choose("nonblocking", self._size_class(sendbuf, recvbuf))
-        if name == model.NATIVE:
-            return self._native["nonblocking"](sendbuf, recvbuf)
-        call = self._call_plan(name)
-        return call.runtime.nonblocking(call, sendbuf, recvbuf)
+        run = self._uniform_runs.get("nonblocking")
+        if run is None:
+            size_class = self._size_class(sendbuf, recvbuf)
+            run = self._settled["nonblocking"][size_class] or self._runner("nonblocking", size_class)
+        return run(sendbuf, recvbuf)
 
     def persistent(self, _, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """A persistent request of the chosen algorithm (protocol candidates are built for it)."""
