@@ -358,6 +358,25 @@ def test_repeated_calls_on_the_same_arrays_parse_once_and_notice_changes(monkeyp
             comm.Neighbor_allgatherv([send, 1, MPI.INT32_T], [out, (counts, displs), MPI.INT32_T])
             assert out.tolist() == expected
             displs[:] = [1, 0]
+        # [array, count, datatype] specs: kept by the arrays' identity and the count and datatype
+        # by value; a changed count, another array or a derived datatype is parsed again
+        before = len(parses)
+        pair = numpy.zeros(4, dtype="i4")
+        for _ in range(3):
+            comm.Neighbor_allgather([send, 1, MPI.INT32_T], [pair, 1, MPI.INT32_T])
+        assert len(parses) == before + 1 and pair.tolist() == [7, 7, 0, 0]
+        comm.Neighbor_allgather([send2, 1, MPI.UINT32_T], [pair, 1, MPI.UINT32_T])  # 4 bytes: (5, 6) as one
+        assert len(parses) == before + 2 and pair[:2].view("u2").tolist() == [5, 6, 5, 6]
+        wide = numpy.array([1, 2], dtype="i4")
+        comm.Neighbor_allgather([wide, 2, MPI.INT32_T], [pair, 2, MPI.INT32_T])
+        assert len(parses) == before + 3 and pair.tolist() == [1, 2, 1, 2]
+        twice = MPI.INT32_T.Create_contiguous(1).Commit()
+        try:
+            for _ in range(2):
+                comm.Neighbor_allgather([send, 1, twice], [pair, 1, twice])
+            assert len(parses) == before + 5 and pair.tolist()[:2] == [7, 7]
+        finally:
+            twice.Free()
     finally:
         graph.Free()
 

@@ -147,8 +147,11 @@ def test_small_messages_to_one_peer_are_charged_as_the_executor_sends_them():
     assert library.by_class[small] == library.by_class[large] == pytest.approx(8 * overhead)
 
 
-def test_the_calibration_fit_recovers_the_costs_it_is_given():
-    """Times made by the model from known costs are fitted back to those costs."""
+@pytest.mark.parametrize("dims", [(4, 4), (2, 1)])
+def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
+    """Times made by the model from known costs are fitted back to those costs; on 2 ranks, where
+    the stencil gives cartesian no more steps than direct, the per-step cost cannot be seen and
+    the base profile's stands (not 0, which would make every extra step free)."""
     from sparsecoll.algorithms.cartesian import combining_pattern
     from sparsecoll.algorithms.direct import direct_pattern
     from sparsecoll.model.calibrate import (
@@ -176,7 +179,7 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given():
                   for form in FORMS})
     times[("native", "blocking", 1, large)] = ring(truth.native_per_call["blocking"], 1, large)
     times[("native", "blocking", k, small)] = ring(truth.native_per_call["blocking"], k, small)
-    topology = offset_topology(Grid((4, 4), (True, True)), 5, PROFILE_STENCIL)
+    topology = offset_topology(Grid(dims, (True, True)), 1 if dims == (2, 1) else 5, PROFILE_STENCIL)
     stencil = {}
     for family in ("alltoall", "allgather"):
         patterns = {"native": direct_pattern(topology, family), "direct": direct_pattern(topology, family),
@@ -199,12 +202,39 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given():
     assert fitted.levels["socket"]["alpha"] == pytest.approx(alpha)
     for form in FORMS:
         assert fitted.native_per_call[form] == pytest.approx(truth.native_per_call[form], rel=1e-3)
+    if dims == (2, 1):  # one step costs what direct's one step was measured at, split differently
+        assert fitted.sparsecoll_per_step == BUILTIN.loads[0].sparsecoll_per_step
+        for form in ("blocking", "persistent"):
+            assert fitted.sparsecoll_per_call[form] + fitted.sparsecoll_per_step == pytest.approx(
+                truth.sparsecoll_per_call[form] + truth.sparsecoll_per_step, rel=1e-3)
+        return
     for form in ("blocking", "persistent"):
         assert fitted.sparsecoll_per_call[form] == pytest.approx(truth.sparsecoll_per_call[form], rel=1e-3)
     assert fitted.sparsecoll_per_step == pytest.approx(truth.sparsecoll_per_step, rel=1e-3)
     assert fitted.combined_factor == pytest.approx(truth.combined_factor, rel=1e-3)
     assert fitted.rma["per_message"] == pytest.approx(truth.rma["per_message"], rel=1e-3)
     assert fitted.rma["byte_factor"] == pytest.approx(truth.rma["byte_factor"], rel=1e-3)
+
+
+def test_final_local_copies_are_charged_as_one_more_step():
+    """A 9-point stencil on a 2 x 1 torus: every neighbor is this rank or the other one, so
+    cartesian's one message leaves 7 receive blocks to the executor's final copies (one more
+    step of messages to self), which the model charges; direct receives every block itself."""
+    from sparsecoll.algorithms.cartesian import combining_pattern
+    from sparsecoll.algorithms.direct import direct_pattern
+    from sparsecoll.model.calibrate import PROFILE_STENCIL
+    from sparsecoll.topology.cartesian import Grid, offset_topology
+    topology = offset_topology(Grid((2, 1), (True, True)), 0, PROFILE_STENCIL)
+    load = BUILTIN.loads[0]
+    blocks = topology.recv_items("allgather")
+    combined, direct = combining_pattern(topology, "allgather"), direct_pattern(topology, "allgather")
+    assert choice.final_copies(combined, blocks) == 7 and choice.final_copies(direct, blocks) == 0
+    plain, charged = choice.pattern_cost(combined, load), choice.pattern_cost(combined, load, recv_items=blocks)
+    assert charged.steps == plain.steps + 1
+    self_overhead = load.levels["self"]["overhead"]
+    assert numpy.allclose(numpy.array(charged.by_class) - plain.by_class, 14 * self_overhead)
+    assert charged.fixed[0] - plain.fixed[0] == pytest.approx(load.sparsecoll_per_step)
+    assert choice.pattern_cost(direct, load, recv_items=blocks) == choice.pattern_cost(direct, load)
 
 
 def test_static_buffers_add_rma_twins_for_persistent_requests_only():

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy
@@ -106,8 +107,20 @@ def _level_of(placement, rank: int):
     return lambda peer: "self" if peer == rank else placement.pair_class(rank, peer)
 
 
-def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = False) -> Cost:
-    """One rank's :class:`Cost` of running ``pattern`` (``native``: as the library's call)."""
+def final_copies(pattern: Pattern, recv_items) -> int:
+    """Receive blocks of this rank that no arrival of ``pattern`` fills (``recv_items``: the
+    topology's, :meth:`~sparsecoll.topology.Topology.recv_items`): the executors copy them
+    locally after the last step (:mod:`sparsecoll.bind`), as one more step of messages to self."""
+    wanted = Counter(item for item in recv_items if item is not None)
+    arrived = Counter(item for step in pattern.steps for message in step.recvs for item in message.items)
+    return sum(count - min(count, arrived[item]) for item, count in wanted.items())
+
+
+def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = False, recv_items=None) -> Cost:
+    """One rank's :class:`Cost` of running ``pattern`` (``native``: as the library's call).
+
+    With ``recv_items`` (the topology's receive blocks) a sparsecoll schedule is also charged its
+    :func:`final_copies`: one more step, and per copy a message to self each way."""
     level_of = _level_of(placement, pattern.rank)
     per_call = load.native_per_call if native else load.sparsecoll_per_call
     per_step = 0.0 if native else load.sparsecoll_per_step
@@ -135,6 +148,13 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
                 by_class[c] += sum(params[run[0]]["overhead"] for run in runs)
         fixed += per_step + latency
         messages += len(step.sends)
+    copies = 0 if native or recv_items is None else final_copies(pattern, recv_items)
+    if copies:
+        own = load.levels["self"]
+        steps += 1
+        fixed += per_step
+        by_class += 2 * copies * own["overhead"]
+        per_byte += copies * own["beta"]
     return Cost(tuple(per_call[form] + fixed for form in FORMS), per_byte, steps, messages,
                 by_class=tuple(by_class.tolist()))
 
@@ -245,11 +265,11 @@ def rma_cost(cost: Cost, rma: dict) -> Cost:
     return Cost(fixed, cost.per_byte * rma["byte_factor"], cost.steps, cost.messages, cost.estimated, cost.by_class)
 
 
-def candidate_cost(name: str, pattern: Pattern, load: Load, placement) -> Cost:
+def candidate_cost(name: str, pattern: Pattern, load: Load, placement, recv_items=None) -> Cost:
     """A candidate's Cost on its built Pattern (an ``[rma]`` twin on the RMA executor)."""
     if split_candidate(name)[1] == RMA_EXECUTOR:
-        return rma_cost(pattern_cost(pattern, load, placement), load.rma)
-    return pattern_cost(pattern, load, placement, native=name == NATIVE)
+        return rma_cost(pattern_cost(pattern, load, placement, recv_items=recv_items), load.rma)
+    return pattern_cost(pattern, load, placement, native=name == NATIVE, recv_items=recv_items)
 
 
 def local_costs(topology, family: str, options: dict, load: Load, placement, patterns: dict,
@@ -269,7 +289,8 @@ def local_costs(topology, family: str, options: dict, load: Load, placement, pat
         if pattern is None and algorithm.builds_locally:
             pattern = patterns[name] = algorithm.build(topology, None, options, family)
         if pattern is not None:
-            costs[name] = pattern_cost(pattern, load, placement, native=name == NATIVE)
+            costs[name] = pattern_cost(pattern, load, placement, native=name == NATIVE,
+                                       recv_items=topology.recv_items(family))
         else:
             costs[name] = ESTIMATORS[name](topology, family, options, load, placement)
     if static_buffers and load.rma is not None:

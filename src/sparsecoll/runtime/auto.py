@@ -92,7 +92,8 @@ class FamilyModel:
         """Build a protocol candidate's Pattern (collective) and charge it on its messages (one allreduce)."""
         pattern = self.runtime.pattern(self.plan.resolved(name), collective)
         self.patterns[name] = pattern
-        self.costs[name] = model.candidate_cost(name, pattern, self.load, self.placement)
+        self.costs[name] = model.candidate_cost(name, pattern, self.load, self.placement,
+                                                self.runtime.topology.recv_items(self.family))
         worst = numpy.empty((len(FORMS), model.CLASSES))
         self.runtime.private.Allreduce(self.costs[name].seconds(), worst, op=MPI.MAX)
         self.seconds[name] = worst
@@ -244,18 +245,25 @@ class AutoDispatch:
         """The call's size class: the pinned one, else its block's (:func:`block_bytes`).
 
         A plain C-contiguous numpy receive array of a regular collective is split evenly over the
-        in-edges (mpi4py's rule for a buffer without a count), so its block is ``nbytes // indegree``
-        without a parse: the runtime parses the call once more to run it, and a second parse per
-        call cost about a microsecond here. Anything else (buffer specs, an uneven split, which
-        the parse rejects) is parsed."""
+        in-edges (mpi4py's rule for a buffer without a count), so its block is ``nbytes // indegree``,
+        and a ``[buffer, count, datatype]`` spec has blocks of ``count`` x ``datatype``: both
+        without a parse (the runtime parses the call once more to run it, and a second parse
+        per call cost 1-3 us here). Anything else (other specs, an uneven split, which the
+        parse rejects) is parsed; a spec whose buffer is too small for its count fails in
+        whichever call runs it."""
         pinned = self.pinned
         if pinned is not None:
             return pinned
         indegree = self._in_blocks
-        if type(recvbuf) is numpy.ndarray and indegree:
-            nbytes = recvbuf.nbytes
-            if not nbytes % indegree and recvbuf.flags.c_contiguous:
-                return min((nbytes // indegree).bit_length(), LAST_CLASS)  # model.size_class, inlined
+        if indegree:
+            kind = type(recvbuf)
+            if kind is numpy.ndarray:
+                nbytes = recvbuf.nbytes
+                if not nbytes % indegree and recvbuf.flags.c_contiguous:
+                    return min((nbytes // indegree).bit_length(), LAST_CLASS)  # model.size_class, inlined
+            elif ((kind is list or kind is tuple) and len(recvbuf) == 3 and type(recvbuf[1]) is int
+                  and type(recvbuf[2]) is MPI.Datatype):  # [array, count, datatype]: blocks of count x datatype
+                return min((recvbuf[1] * recvbuf[2].Get_size()).bit_length(), LAST_CLASS)
         return model.size_class(block_bytes(self._comm_runtime, self.collective, sendbuf, recvbuf))
 
     def _call_plan(self, name: str):

@@ -61,9 +61,10 @@ class ParseCache:
         self._entries = Recent(size=size)
         self._arrays = Recent(size=size)  # (collective, id, id) -> (weak refs, layout, parse)
 
-    def recall_arrays(self, collective: str, sendbuf: numpy.ndarray, recvbuf: numpy.ndarray):
-        """The parse kept by :meth:`keep_arrays` if these are the very arrays, their layout unchanged."""
-        key = (collective, id(sendbuf), id(recvbuf))
+    def recall_arrays(self, collective: str, sendbuf: numpy.ndarray, recvbuf: numpy.ndarray, extra=None):
+        """The parse kept by :meth:`keep_arrays` if these are the very arrays, their layout unchanged
+        (``extra``: what else the arguments said, by value: see :func:`simple_spec`)."""
+        key = (collective, id(sendbuf), id(recvbuf), extra)
         entry = self._arrays.get(key)
         if entry is None:
             return None
@@ -75,12 +76,13 @@ class ParseCache:
         self._arrays.move_to_end(key)
         return parsed
 
-    def keep_arrays(self, collective: str, sendbuf: numpy.ndarray, recvbuf: numpy.ndarray, parsed) -> None:
-        """Remember ``parsed`` for two plain arrays (weakly referring to them; the send array's
+    def keep_arrays(self, collective: str, sendbuf: numpy.ndarray, recvbuf: numpy.ndarray, parsed,
+                    extra=None) -> None:
+        """Remember ``parsed`` for two arrays (weakly referring to them; the send array's
         writability is left out: a read-only send buffer parses the same)."""
         layout = (sendbuf.dtype, sendbuf.shape, sendbuf.strides,
                   recvbuf.dtype, recvbuf.shape, recvbuf.strides, recvbuf.flags.writeable)
-        self._arrays.keep((collective, id(sendbuf), id(recvbuf)),
+        self._arrays.keep((collective, id(sendbuf), id(recvbuf), extra),
                           (weakref.ref(sendbuf), weakref.ref(recvbuf), layout, parsed))
 
     def recall(self, signature, sendbuf, recvbuf):
@@ -109,6 +111,20 @@ class ParseCache:
 
 def _array_of(spec) -> numpy.ndarray:
     return spec if type(spec) is numpy.ndarray else spec[0]
+
+
+def simple_spec(spec):
+    """``(array, count, datatype handle)`` of a ``[numpy array, int count, predefined datatype]``
+    buffer spec (the commonest one after a plain array), else None: with the array's identity
+    and layout, these three pin its parse, and are cheaper to check than :func:`call_signature`."""
+    kind = type(spec)
+    if (kind is list or kind is tuple) and len(spec) == 3 and type(spec[0]) is numpy.ndarray \
+            and type(spec[1]) is int and type(spec[2]) is _Datatype:
+        handle = spec[2].handle
+        if handle in _PREDEFINED_HANDLES or spec[2].is_predefined:
+            _PREDEFINED_HANDLES.add(handle)  # a predefined handle is never given to a derived datatype
+            return spec[0], spec[1], handle
+    return None
 
 
 def call_signature(sendbuf, recvbuf):
@@ -175,3 +191,4 @@ def _value_signature(spec, depth: int):
 
 
 _PREDEFINED_HANDLES: set = set()  # handles of the predefined datatypes met so far
+_Datatype = MPI.Datatype

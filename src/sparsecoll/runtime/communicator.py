@@ -23,7 +23,7 @@ from ..pattern import FAMILIES, family_of, stats
 from ..topology import Topology, from_comm
 from . import persistence as levels
 from .auto import UNKNOWN, AutoDispatch, FamilyModel, local_class
-from .caches import CACHE_SIZE, ParseCache, Recent, call_signature
+from .caches import CACHE_SIZE, ParseCache, Recent, call_signature, simple_spec
 from .channels import Channels
 from .plan import CallPlan, Plan
 from .progress import ENGINE, ScheduleRequest, run_stages, single_stage
@@ -294,7 +294,8 @@ class CommRuntime:
         ``layout`` is a small integer naming the memory and layout of both arguments (equal
         layouts get equal numbers while they are remembered), the cheap half of every cache
         key. Parsing costs several times the MPI call itself, so the result is kept for the
-        next call: for two plain arrays by their identity and layout
+        next call: for two plain arrays, or two ``[array, count, datatype]`` specs
+        (:func:`.caches.simple_spec`), by the arrays' identity and layout and the specs' values
         (:meth:`.caches.ParseCache.recall_arrays`), else where both arguments have a cheap
         signature (:func:`.caches.call_signature`).
         """
@@ -304,6 +305,15 @@ class CommRuntime:
                 send, recv = self.parse_uncached(collective, sendbuf, recvbuf)
                 parsed = send, recv, self._layout_number((send.key(), recv.key()))
                 self._parsed.keep_arrays(collective, sendbuf, recvbuf, parsed)
+            return parsed
+        send_spec, recv_spec = simple_spec(sendbuf), simple_spec(recvbuf)
+        if send_spec is not None and recv_spec is not None:  # [array, count, datatype] both
+            extra = (send_spec[1:], recv_spec[1:])
+            parsed = self._parsed.recall_arrays(collective, send_spec[0], recv_spec[0], extra)
+            if parsed is None:
+                send, recv = self.parse_uncached(collective, sendbuf, recvbuf)
+                parsed = send, recv, self._layout_number((send.key(), recv.key()))
+                self._parsed.keep_arrays(collective, send_spec[0], recv_spec[0], parsed, extra)
             return parsed
         signature = call_signature(sendbuf, recvbuf)
         if signature is not None:
