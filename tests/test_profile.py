@@ -214,6 +214,16 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
     assert fitted.combined_factor == pytest.approx(truth.combined_factor, rel=1e-3)
     assert fitted.rma["per_message"] == pytest.approx(truth.rma["per_message"], rel=1e-3)
     assert fitted.rma["byte_factor"] == pytest.approx(truth.rma["byte_factor"], rel=1e-3)
+    # direct faster on the stencil than the model says (the library paying more per edge) never
+    # lowers sparsecoll's per-call cost below what the one-edge ring shows; slower raises it
+    for shift, expected in ((-2e-6, 0.0), (+2e-6, 2e-6)):
+        shifted = {key: (seconds + shift, pattern) if key[0] == "direct" and key[3] == small else (seconds, pattern)
+                   for key, (seconds, pattern) in stencil.items()}
+        refit = fit_profile_load(times, 1.0, "socket", 0.1e-9, alpha + 2 * overhead + small * beta,
+                                 BUILTIN.loads[0], shifted)
+        for form in ("blocking", "persistent"):
+            assert refit.sparsecoll_per_call[form] + refit.sparsecoll_per_step == pytest.approx(
+                truth.sparsecoll_per_call[form] + truth.sparsecoll_per_step + expected, rel=1e-3)
 
 
 def test_final_local_copies_are_charged_as_one_more_step():
