@@ -139,3 +139,36 @@ def test_rma_dense_segments_are_plain_bytes_only():
         assert dense_segments(((1000, 0, MPI.DOUBLE),)) == []
     finally:
         strided.Free()
+
+
+def test_waiting_yields_only_where_the_user_asked_mpi_to(monkeypatch):
+    """waitsome/waitany: MPI's own calls, or (where an environment setting asks MPI to yield while
+    it waits) Testsome/Testany polls with sched_yield between them; the same results either way."""
+    from sparsecoll.execute import waiting
+    assert waiting.asked_to_yield({"MPIR_CVAR_POLLS_BEFORE_YIELD": "1"})
+    assert waiting.asked_to_yield({"OMPI_MCA_mpi_yield_when_idle": "true"})
+    assert waiting.asked_to_yield({"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "Yes"})
+    assert not waiting.asked_to_yield({"OMPI_MCA_mpi_yield_when_idle": "false"})
+    assert not waiting.asked_to_yield({"MPIR_CVAR_POLLS_BEFORE_YIELD": "0", "PATH": "/bin"})
+    comm = MPI.COMM_SELF
+    for yielding in (False, True):
+        monkeypatch.setattr(waiting, "YIELDING", yielding)
+        got = numpy.zeros(2)
+        sent = numpy.array([3.0, 4.0])
+        receives = [comm.Irecv(got[i:i + 1], source=0, tag=i) for i in range(2)]
+        sends = [comm.Isend(sent[i:i + 1], dest=0, tag=i) for i in range(2)]
+        done = set()
+        while len(done) < 2:
+            done.update(waiting.waitsome(receives) or ())
+        MPI.Request.Waitall(sends)
+        assert got.tolist() == [3.0, 4.0]
+        assert waiting.waitsome(receives) is None  # every request inactive, as MPI returns it
+        receive = comm.Irecv(got[:1], source=0, tag=9)
+        comm.Send(sent[1:], dest=0, tag=9)
+        assert waiting.waitany([receive]) == 0 and got[0] == 4.0
+    # polling: a Testsome that finds nothing twice yields twice, then returns what completed
+    yields, answers = [], [[], [], [1]]
+    monkeypatch.setattr(waiting, "YIELDING", True)
+    monkeypatch.setattr(waiting, "_yield", lambda: yields.append(1))
+    monkeypatch.setattr(waiting, "_Testsome", lambda requests: answers.pop(0))
+    assert waiting.waitsome([None, None]) == [1] and len(yields) == 2

@@ -41,10 +41,10 @@ from mpi4py import MPI
 from ..bind import Schedule
 from ..pattern import RECV, SEND
 from .p2p import copy_requests, free_executor, message_buffer, message_bytes, wire_runs
+from .waiting import waitsome
 
 _Startall = MPI.Prequest.Startall
 _Testsome = MPI.Request.Testsome
-_Waitsome = MPI.Request.Waitsome
 _Testall = MPI.Request.Testall
 _Waitall = MPI.Request.Waitall
 
@@ -168,7 +168,7 @@ class DagRun:
     def wait(self) -> None:
         """Block until every message has completed."""
         while self.watch:
-            self._finished(_Waitsome(self.watch))
+            self._finished(waitsome(self.watch))
         _Waitall(self.rest)
 
 

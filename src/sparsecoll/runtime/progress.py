@@ -49,10 +49,11 @@ import time
 
 from mpi4py import MPI
 
+from ..execute.waiting import waitany
+
 _Startall = MPI.Prequest.Startall
 _Testall = MPI.Request.Testall
 _Waitall = MPI.Request.Waitall
-_Waitany = MPI.Request.Waitany
 
 #: Stages of at most this many requests are started and waited for request by request
 #: (mpi4py's Startall and Waitall convert their list on every call, which costs more).
@@ -164,7 +165,7 @@ class ProgressEngine:
             if polled:  # a stage progresses on more than MPI requests: test everything again
                 os.sched_yield()
                 continue
-            index = _Waitany(handles)
+            index = waitany(handles)  # yields where the user asked MPI to (execute.waiting)
             for first, count, stage in dynamic:
                 if first <= index < first + count:
                     stage.completed(index - first)
