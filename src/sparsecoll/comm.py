@@ -25,7 +25,7 @@ from mpi4py import MPI
 
 from .buffers import parse_simple
 from .checks import is_integer, positive_integer
-from .hierarchy import Hierarchy, objects
+from .hierarchy import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name, objects
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .pattern import family_of
 from .runtime import CommRuntime, Plan, existing_runtime, make_plan, runtime_of
@@ -86,136 +86,138 @@ class GlobalCollectivesMixin:
         if hierarchy is not None:
             hierarchy.free()
 
+    def _sc_global(self, name: str, run, *args):
+        """Run the global collective ``name`` through ``run(hierarchy)`` (False: the library must run
+        it), else the library's method with ``args``; records what ran for :meth:`plan_stats`."""
+        hierarchy = self._sc_hier()
+        if hierarchy is not None:
+            ran = run(hierarchy)
+            hierarchy.record(name, ran is not False)
+            if ran is not False:
+                return None
+        return getattr(super(), name)(*args)
+
     def Allgather(self, sendbuf, recvbuf) -> None:
         """Gather one block from every rank into every rank's ``recvbuf`` (``sendbuf`` may be IN_PLACE)."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None:
-            return super().Allgather(sendbuf, recvbuf)
-        hierarchy.allgather(sendbuf, recvbuf, vector=False)
+        self._sc_global("Allgather", lambda h: h.allgather(sendbuf, recvbuf, vector=False), sendbuf, recvbuf)
 
     def Allgatherv(self, sendbuf, recvbuf) -> None:
         """Allgather with per-rank counts and displacements in ``recvbuf``."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None:
-            return super().Allgatherv(sendbuf, recvbuf)
-        hierarchy.allgather(sendbuf, recvbuf, vector=True)
+        self._sc_global("Allgatherv", lambda h: h.allgather(sendbuf, recvbuf, vector=True), sendbuf, recvbuf)
 
     def Alltoall(self, sendbuf, recvbuf) -> None:
         """Send block k of ``sendbuf`` to rank k, receive block k of ``recvbuf`` from rank k."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None:
-            return super().Alltoall(sendbuf, recvbuf)
-        hierarchy.alltoall(sendbuf, recvbuf)
+        self._sc_global("Alltoall", lambda h: h.alltoall(sendbuf, recvbuf), sendbuf, recvbuf)
 
     def Alltoallv(self, sendbuf, recvbuf) -> None:
         """Alltoall with per-rank counts and displacements (known only to the ranks that pass them)."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None:
-            return super().Alltoallv(sendbuf, recvbuf)
-        hierarchy.alltoallv(sendbuf, recvbuf)
+        self._sc_global("Alltoallv", lambda h: h.alltoallv(sendbuf, recvbuf), sendbuf, recvbuf)
 
     def Bcast(self, buf, root: int = 0) -> None:
         """Broadcast ``buf`` from ``root`` to every rank."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None:
-            return super().Bcast(buf, root)
-        hierarchy.bcast(buf, root)
+        self._sc_global("Bcast", lambda h: h.bcast(buf, root), buf, root)
 
     def Gather(self, sendbuf, recvbuf, root: int = 0) -> None:
         """Gather one block from every rank at ``root`` (``sendbuf`` may be IN_PLACE at the root)."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None:
-            return super().Gather(sendbuf, recvbuf, root)
-        hierarchy.gather(sendbuf, recvbuf, root)
+        self._sc_global("Gather", lambda h: h.gather(sendbuf, recvbuf, root), sendbuf, recvbuf, root)
 
     def Gatherv(self, sendbuf, recvbuf, root: int = 0) -> None:
         """Gather with per-rank counts and displacements known at ``root``."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None:
-            return super().Gatherv(sendbuf, recvbuf, root)
-        hierarchy.gatherv(sendbuf, recvbuf, root)
+        self._sc_global("Gatherv", lambda h: h.gatherv(sendbuf, recvbuf, root), sendbuf, recvbuf, root)
 
     def Scatter(self, sendbuf, recvbuf, root: int = 0) -> None:
         """Send block k of ``root``'s ``sendbuf`` to rank k (``recvbuf`` may be IN_PLACE at the root)."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None:
-            return super().Scatter(sendbuf, recvbuf, root)
-        hierarchy.scatter(sendbuf, recvbuf, root)
+        self._sc_global("Scatter", lambda h: h.scatter(sendbuf, recvbuf, root), sendbuf, recvbuf, root)
 
     def Scatterv(self, sendbuf, recvbuf, root: int = 0) -> None:
         """Scatter with per-rank counts and displacements known at ``root``."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None:
-            return super().Scatterv(sendbuf, recvbuf, root)
-        hierarchy.scatterv(sendbuf, recvbuf, root)
+        self._sc_global("Scatterv", lambda h: h.scatterv(sendbuf, recvbuf, root), sendbuf, recvbuf, root)
 
     def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root: int = 0) -> None:
         """Reduce every rank's ``sendbuf`` with ``op`` into ``root``'s ``recvbuf`` (IN_PLACE at the root)."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None or not hierarchy.reduce(sendbuf, recvbuf, op, root):
-            return super().Reduce(sendbuf, recvbuf, op, root)
+        self._sc_global("Reduce", lambda h: h.reduce(sendbuf, recvbuf, op, root), sendbuf, recvbuf, op, root)
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
         """Reduce every rank's ``sendbuf`` with ``op`` into every rank's ``recvbuf`` (``sendbuf`` may be IN_PLACE)."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None or not hierarchy.allreduce(sendbuf, recvbuf, op):
-            return super().Allreduce(sendbuf, recvbuf, op)
+        self._sc_global("Allreduce", lambda h: h.allreduce(sendbuf, recvbuf, op), sendbuf, recvbuf, op)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
         """Reduce, then scatter equal blocks: rank k gets block k of the result."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None or not hierarchy.reduce_scatter(sendbuf, recvbuf, None, op, block=True):
-            return super().Reduce_scatter_block(sendbuf, recvbuf, op)
+        self._sc_global("Reduce_scatter_block", lambda h: h.reduce_scatter(sendbuf, recvbuf, None, op, block=True),
+                        sendbuf, recvbuf, op)
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM) -> None:
         """Reduce, then scatter blocks of ``recvcounts[k]`` elements: rank k gets block k of the result."""
-        hierarchy = self._sc_hier()
-        if hierarchy is None or not hierarchy.reduce_scatter(sendbuf, recvbuf, recvcounts, op, block=False):
-            return super().Reduce_scatter(sendbuf, recvbuf, recvcounts, op)
+        self._sc_global("Reduce_scatter",
+                        lambda h: h.reduce_scatter(sendbuf, recvbuf, recvcounts, op, block=False),
+                        sendbuf, recvbuf, recvcounts, op)
 
+    def global_stats(self, collective: str) -> dict:
+        """What the last call of the global collective ``collective`` (``"Reduce"``, ``"allgather"``, ...)
+        on this rank ran and why, with :meth:`hierarchy_stats` (local; RuntimeError before any).
+
+        ``algorithm``: ``"universal hierarchical"``, ``"dynamic leaders"``, the fixed leaders a
+        non-commutative op falls back to under dynamic leaders, or ``"library"`` (with
+        ``reason``); ``"library"`` for every collective where the wrapper keeps the library's."""
+        name = global_collective_name(collective)
+        if self._sc_global_native:
+            return {"collective": name, "algorithm": "library",
+                    "reason": "this communicator's global collectives are the library's "
+                              "(wrap a topology communicator with global_collectives='hierarchical')"}
+        hierarchy = self.__dict__.get("_sc_hierarchy")
+        last = None if hierarchy is None else hierarchy.runs.get(name)
+        if last is None:
+            raise RuntimeError(f"global_stats({collective!r}): no {name} call on this communicator yet")
+        return {"collective": name, **last, "hierarchy": hierarchy.stats()}
 
     # -- mpi4py's lowercase (pickle-based) forms, on the methods above (hierarchy.objects) --------
+    def _sc_objects(self, name: str, *args):
+        """``hierarchy.objects.<name>(self, *args)``, recorded for :meth:`global_stats`."""
+        result = getattr(objects, name)(self, *args)
+        self._sc_hier().record(name, True)
+        return result
+
     def allgather(self, sendobj):
         """Every rank's object, in rank order, on every rank (pickled; the hierarchical Allgather(v))."""
         if self._sc_hier() is None:
             return super().allgather(sendobj)
-        return objects.allgather(self, sendobj)
+        return self._sc_objects("allgather", sendobj)
 
     def alltoall(self, sendobj):
         """Item k of ``sendobj`` to rank k; item k of the result from rank k (the hierarchical Alltoall(v))."""
         if self._sc_hier() is None:
             return super().alltoall(sendobj)
-        return objects.alltoall(self, sendobj)
+        return self._sc_objects("alltoall", sendobj)
 
     def bcast(self, obj, root: int = 0):
         """``root``'s object on every rank (pickled; the hierarchical Bcast)."""
         if self._sc_hier() is None:
             return super().bcast(obj, root)
-        return objects.bcast(self, obj, root)
+        return self._sc_objects("bcast", obj, root)
 
     def gather(self, sendobj, root: int = 0):
         """Every rank's object, in rank order, at ``root`` (None elsewhere; the hierarchical Gather(v))."""
         if self._sc_hier() is None:
             return super().gather(sendobj, root)
-        return objects.gather(self, sendobj, root)
+        return self._sc_objects("gather", sendobj, root)
 
     def scatter(self, sendobj, root: int = 0):
         """Item k of ``root``'s sequence ``sendobj`` on rank k (the hierarchical Scatter(v))."""
         if self._sc_hier() is None:
             return super().scatter(sendobj, root)
-        return objects.scatter(self, sendobj, root)
+        return self._sc_objects("scatter", sendobj, root)
 
     def reduce(self, sendobj, op=MPI.SUM, root: int = 0):
         """``op`` folded over every rank's object in rank order, at ``root`` (None elsewhere), as mpi4py does."""
         if self._sc_hier() is None:
             return super().reduce(sendobj, op, root)
-        return objects.reduce(self, sendobj, op, root)
+        return self._sc_objects("reduce", sendobj, op, root)
 
     def allreduce(self, sendobj, op=MPI.SUM):
         """``op`` folded over every rank's object in rank order, on every rank, as mpi4py does."""
         if self._sc_hier() is None:
             return super().allreduce(sendobj, op)
-        return objects.allreduce(self, sendobj, op)
+        return self._sc_objects("allreduce", sendobj, op)
 
 
 class _DefaultPlan:
@@ -298,7 +300,11 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         RuntimeError naming the call to make. ``auto`` reports the algorithm a call of
         ``form`` with blocks of ``block_bytes`` bytes runs, and under ``"auto"`` the candidates
         considered, each one's predicted time, the profile, and why the winner won.
+        A global collective's method name (``"Allreduce"``, ``"Bcast"``, ...) gives
+        :meth:`global_stats` instead.
         """
+        if collective in GLOBAL_COLLECTIVES and collective not in METHOD_NAMES:  # "Reduce", "bcast", ...
+            return self.global_stats(collective)
         family_of(collective)
         runtime = self._sc_runtime
         if runtime is None:
@@ -694,6 +700,10 @@ def _listed(weights):
 class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
     """An intracommunicator whose global collectives run the universal hierarchical algorithm."""
 
+    def plan_stats(self, collective: str, **_) -> dict:
+        """What the last call of the global collective ``collective`` ran and why (:meth:`global_stats`)."""
+        return self.global_stats(collective)
+
     def _sc_adopt(self, new):
         """Wrap a communicator made from this one (collective) with the same options."""
         return wrap(new, "native" if self._sc_global_native else "hierarchical", **self._sc_hierarchy_options)
@@ -719,7 +729,7 @@ class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
 #: what ``algorithm`` may name for an intracommunicator ("auto" is the hierarchical algorithm)
 INTRACOMM_ALGORITHMS = ("auto", "hierarchical", "native")
 #: what a topology communicator's global collectives run (wrap's ``global_collectives``)
-GLOBAL_COLLECTIVES = ("library", "hierarchical")
+GLOBAL_COLLECTIVE_CHOICES = ("library", "hierarchical")
 #: options of the node structure, accepted by wrap() for every communicator
 HIERARCHY_OPTIONS = ("ranks_per_node", "check_arguments", "inter_node", "reduce")
 
@@ -814,8 +824,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
     _check_hierarchy_options(hierarchy_options)
-    if global_collectives not in GLOBAL_COLLECTIVES:
-        raise ValueError(f"global_collectives: expected one of {GLOBAL_COLLECTIVES}, got {global_collectives!r}")
+    if global_collectives not in GLOBAL_COLLECTIVE_CHOICES:
+        raise ValueError(f"global_collectives: expected one of {GLOBAL_COLLECTIVE_CHOICES}, got {global_collectives!r}")
     persistence = levels.level(info, comm)
     plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice, persistence,
                      executor_options)

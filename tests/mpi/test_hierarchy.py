@@ -572,9 +572,43 @@ def test_non_commutative_op_on_scattered_nodes_runs_the_library():
     if SIZE > 2:
         assert not hierarchy.layout.contiguous
         assert hierarchy.reduction_plan(MPI.INT32_T, LEFT) is None
+        assert "non-commutative" in hierarchy.library_reason
         assert hierarchy.reduction_plan(MPI.INT32_T, MPI.SUM) is not None
     hierarchy.free()
     comm.Free()
+
+
+def test_plan_stats_name_what_each_global_collective_ran(comm):
+    """plan_stats (global_stats) of a global collective: what its last call on this rank ran, the
+    library with the reason where the library ran it; RuntimeError before a call, ValueError for
+    a name that is no global collective; a topology wrapper's default global collectives are the
+    library's."""
+    fresh = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2)
+    try:
+        with pytest.raises(RuntimeError, match="no Bcast call"):
+            fresh.plan_stats("Bcast")
+        with pytest.raises(ValueError, match="collective: expected one of"):
+            fresh.plan_stats("Neighbor_alltoall")
+        data = numpy.arange(2, dtype=numpy.int32)
+        fresh.Bcast(data, root=0)
+        assert fresh.plan_stats("Bcast")["algorithm"] == "universal hierarchical"
+        assert fresh.plan_stats("Bcast")["hierarchy"]["nodes"] == -(-SIZE // 2)
+        fresh.Allreduce([numpy.arange(3, dtype=numpy.int32), 1, VECTOR], [numpy.zeros(3, dtype=numpy.int32), 1, VECTOR],
+                        op=LEFT)
+        stats = fresh.global_stats("Allreduce")
+        assert stats["algorithm"] == "library" and "user-defined op" in stats["reason"]
+        assert fresh.allgather(RANK) == list(range(SIZE))
+        assert fresh.plan_stats("allgather")["algorithm"] == "universal hierarchical"
+    finally:
+        fresh.Free()
+    graph = WORLD.Create_dist_graph_adjacent([RANK], [RANK])
+    try:
+        wrapped = sparsecoll.wrap(graph)
+        assert wrapped.plan_stats("Allreduce")["algorithm"] == "library"
+        wrapped.Neighbor_allgather(numpy.ones(1), numpy.zeros(1))
+        assert wrapped.plan_stats("allgather")["family"] == "allgather"  # the neighborhood one
+    finally:
+        graph.Free()
 
 
 def test_checked_arguments_raise_on_every_rank():

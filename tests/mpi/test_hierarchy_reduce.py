@@ -306,12 +306,25 @@ def test_wrapped_intracomm_selects_dynamic_leaders(per_node):
         stats = comm.hierarchy_stats()["dynamic_reduce"]
         assert stats["last_call"] == reduce_dynamic.DYNAMIC_LEADERS
         assert stats["dynamic_calls"] == 6
+        assert comm.plan_stats("Reduce")["algorithm"] == comm.plan_stats("Allreduce")["algorithm"] == "dynamic leaders"
         # a non-commutative op: the fixed leaders' reduction in rank order, named in the stats
         send = numpy.array([RANK + 2, RANK], dtype="i8")
         comm.Allreduce([send, 1, PAIR], [got, 1, PAIR], AFFINE)
         WORLD.Allreduce([send, 1, PAIR], [expected, 1, PAIR], AFFINE)
         assert got[:2].tolist() == expected[:2].tolist()
         assert comm.hierarchy_stats()["dynamic_reduce"]["last_call"] == "fixed leaders (non-commutative op)"
+        # named: the fallback to fixed order, which passes a user op on a 2-element type to the library
+        stats = comm.plan_stats("Allreduce")
+        assert stats["algorithm"] == "library" and stats["reason"].startswith("fixed leaders (non-commutative op)")
+        right = MPI.Op.Create(lambda invec, inoutvec, datatype: None, commute=False)  # a o b = b
+        try:
+            comm.Reduce(send, got[:2], right, root=0)
+            WORLD.Reduce(send, expected[:2], right, root=0)
+            assert comm.plan_stats("Reduce")["algorithm"] == "fixed leaders (non-commutative op)"
+            if RANK == 0:
+                assert got[:2].tolist() == expected[:2].tolist() == [SIZE + 1, SIZE - 1]  # the last rank's
+        finally:
+            right.Free()
     finally:
         comm.Free()
 

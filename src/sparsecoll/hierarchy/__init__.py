@@ -3,7 +3,7 @@ shared-memory collectives and imbalanced process arrival, section II, Fig. 1 and
 nodes and their shared memory (:mod:`.node`), SetupInter and the Fig. 2 placement
 (:mod:`.offsets`), copy-in and copy-out (:mod:`.copying`), the collectives (:mod:`.collectives`)."""
 
-from .collectives import Hierarchy
+from .collectives import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name
 from .node import NodeLayout, SharedWindow
 
-__all__ = ["Hierarchy", "NodeLayout", "SharedWindow"]
+__all__ = ["GLOBAL_COLLECTIVES", "Hierarchy", "NodeLayout", "SharedWindow", "global_collective_name"]

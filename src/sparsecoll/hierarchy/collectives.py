@@ -70,10 +70,25 @@ from .offsets import (
     gather_placement,
     within_node,
 )
+from .reduce_dynamic import DYNAMIC_LEADERS, DynamicReduce
 from .reduce_dynamic import MODES as REDUCE_MODES
-from .reduce_dynamic import DynamicReduce
 
 BYTE = MPI.BYTE
+#: What :meth:`Hierarchy.record` names a call that ran this module's algorithm.
+HIERARCHICAL = "universal hierarchical"
+#: The global collectives (method names) this module runs, with mpi4py's lowercase object forms.
+GLOBAL_COLLECTIVES = ("Allgather", "Allgatherv", "Alltoall", "Alltoallv", "Bcast", "Gather", "Gatherv", "Scatter",
+                      "Scatterv", "Reduce", "Allreduce", "Reduce_scatter_block", "Reduce_scatter",
+                      "allgather", "alltoall", "bcast", "gather", "scatter", "reduce", "allreduce")
+
+
+def global_collective_name(collective) -> str:
+    """``collective`` checked against :data:`GLOBAL_COLLECTIVES` (ValueError naming it otherwise)."""
+    if collective not in GLOBAL_COLLECTIVES:
+        raise ValueError(f"collective: expected one of {', '.join(GLOBAL_COLLECTIVES)}, got {collective!r}")
+    return collective
+
+
 #: what the leaders call between nodes by default (reported by :meth:`Hierarchy.stats`)
 INTER_NODE = "the MPI library's collective on the leader communicator"
 
@@ -128,6 +143,8 @@ class Hierarchy:
                 self.leader = inter_node(self.leader)
         self.calls = 0
         self.library_calls = 0
+        self.library_reason = None  # why the last reduction_plan sent a call to the library
+        self.runs: dict = {}  # global collective (method name) -> what its last call ran (see record)
         self._half = 0
         if reduce not in REDUCE_MODES:
             raise ValueError(f"reduce: expected one of {REDUCE_MODES}, got {reduce!r}")
@@ -148,6 +165,19 @@ class Hierarchy:
                 "inter_node": self.inter_node, "calls": self.calls, "library_calls": self.library_calls,
                 "reduce": "fixed" if self.dynamic is None else "dynamic",
                 **({} if self.dynamic is None else {"dynamic_reduce": self.dynamic.stats()})}
+
+    def record(self, name: str, ran: bool) -> None:
+        """Note what the last call of the method ``name`` ran: this structure (``ran``) or the library."""
+        dynamic = self.dynamic.last_call if name in ("Reduce", "Allreduce") and self.dynamic is not None else None
+        if not ran:
+            reason = self.library_reason
+            if dynamic is not None and dynamic != DYNAMIC_LEADERS:  # dynamic -> fixed order -> the library
+                reason = f"{dynamic}, which passes it to the library: {reason}"
+            self.runs[name] = {"algorithm": "library", "reason": reason}
+        elif dynamic is not None:
+            self.runs[name] = {"algorithm": dynamic}
+        else:
+            self.runs[name] = {"algorithm": HIERARCHICAL}
 
     def free(self) -> None:
         """Free the shared windows and the node and leader communicators (collective)."""
@@ -448,13 +478,15 @@ class Hierarchy:
         if not isinstance(op, MPI.Op) or op == MPI.OP_NULL:
             raise TypeError(f"op: expected an MPI.Op, got {op!r}")
         element = reduction_element(datatype)
+        reason = None
         if element is None:
-            return None
-        if not op.is_predefined and element[1] != 1:
-            return None
-        if not op.is_commutative and not self.layout.contiguous:
-            return None
-        return element
+            reason = "the datatype is not built of one predefined contiguous type"
+        elif not op.is_predefined and element[1] != 1:
+            reason = "a user-defined op on a datatype of several elements"
+        elif not op.is_commutative and not self.layout.contiguous:
+            reason = "a non-commutative op, and the nodes are not consecutive rank ranges (MPI's order)"
+        self.library_reason = reason
+        return None if reason is not None else element
 
     def reduce(self, sendbuf, recvbuf, op, root, *, fixed: bool = False) -> bool:
         """``Reduce`` (mpi4py's arguments); False when the library must run it (see :meth:`reduction_plan`).
