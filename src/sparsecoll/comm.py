@@ -57,6 +57,7 @@ class GlobalCollectivesMixin:
     _sc_hierarchy: Hierarchy | None = None
     _sc_hierarchy_options = MappingProxyType({})
     _sc_global_native = False  # the library's own global collectives (wrap(intracomm, "native"))
+    _sc_global_reason = "algorithm='native': the library's own global collectives"  # why, when they are
 
     def hierarchy_stats(self) -> dict:
         """Node count, ranks per node, shared window bytes, the inter-node collective and call counts (local).
@@ -65,8 +66,10 @@ class GlobalCollectivesMixin:
         by the first global collective on a topology communicator)."""
         hierarchy = self.__dict__.get("_sc_hierarchy")
         if hierarchy is None and self._sc_global_native:
-            raise RuntimeError("hierarchy_stats(): this communicator's global collectives are the library's "
-                               "(wrap a topology communicator with global_collectives='hierarchical')")
+            raise RuntimeError(f"hierarchy_stats(): this communicator's global collectives are the library's "
+                               f"({self._sc_global_reason})")
+        if self._sc_global_native:  # the node structure was made, but the library runs the calls
+            return {**hierarchy.stats(), "library": self._sc_global_reason}
         if hierarchy is None:
             raise RuntimeError("hierarchy_stats(): no node structure on this communicator yet; "
                                "call a global collective (e.g. Allreduce) on every rank first")
@@ -161,9 +164,7 @@ class GlobalCollectivesMixin:
         ``reason``); ``"library"`` for every collective where the wrapper keeps the library's."""
         name = global_collective_name(collective)
         if self._sc_global_native:
-            return {"collective": name, "algorithm": "library",
-                    "reason": "this communicator's global collectives are the library's "
-                              "(wrap a topology communicator with global_collectives='hierarchical')"}
+            return {"collective": name, "algorithm": "library", "reason": self._sc_global_reason}
         hierarchy = self.__dict__.get("_sc_hierarchy")
         last = None if hierarchy is None else hierarchy.runs.get(name)
         if last is None:
@@ -237,6 +238,8 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
     _sc_runtime: CommRuntime | None = None  # made at wrap (lazily after Idup)
     # global collectives: the library's unless wrap(..., global_collectives="hierarchical") asked
     _sc_global_native = True
+    _sc_global_reason = ("a topology communicator keeps the library's global collectives "
+                         "(wrap it with global_collectives='hierarchical' for the hierarchical ones)")
     _sc_topology: Topology | None = None  # given to wrap, used when the runtime is made lazily
     _sc_calls = MappingProxyType({})  # collective -> CallPlan, per wrapper (see _sc_prepare)
 
@@ -300,10 +303,10 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         RuntimeError naming the call to make. ``auto`` reports the algorithm a call of
         ``form`` with blocks of ``block_bytes`` bytes runs, and under ``"auto"`` the candidates
         considered, each one's predicted time, the profile, and why the winner won.
-        A global collective's method name (``"Allreduce"``, ``"Bcast"``, ...) gives
-        :meth:`global_stats` instead.
+        A global buffer collective's method name (``"Allreduce"``, ``"Bcast"``, ...) gives
+        :meth:`global_stats` instead (the lowercase object ones: ask :meth:`global_stats`).
         """
-        if collective in GLOBAL_COLLECTIVES and collective not in METHOD_NAMES:  # "Reduce", "bcast", ...
+        if collective in GLOBAL_COLLECTIVES and collective[0].isupper():  # "Allreduce", "Bcast", ...
             return self.global_stats(collective)
         family_of(collective)
         runtime = self._sc_runtime
@@ -393,7 +396,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         plan = self._sc_plan
         new.__dict__.update(_sc_plan=plan, _sc_topology=self.topology,
                             _sc_hierarchy_options=self._sc_hierarchy_options,
-                            _sc_global_native=self._sc_global_native)
+                            _sc_global_native=self._sc_global_native)  # (the reason is the class's)
         if plan.native and plan.persistence.exact_bytes:
             new._sc_check_library_calls()
         if attach:
@@ -700,13 +703,15 @@ def _listed(weights):
 class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
     """An intracommunicator whose global collectives run the universal hierarchical algorithm."""
 
+    _sc_requested = "auto"  # the algorithm wrap() was given (copies made by Dup get the same)
+
     def plan_stats(self, collective: str, **_) -> dict:
         """What the last call of the global collective ``collective`` ran and why (:meth:`global_stats`)."""
         return self.global_stats(collective)
 
     def _sc_adopt(self, new):
         """Wrap a communicator made from this one (collective) with the same options."""
-        return wrap(new, "native" if self._sc_global_native else "hierarchical", **self._sc_hierarchy_options)
+        return wrap(new, self._sc_requested, **self._sc_hierarchy_options)
 
     def Dup(self, info=None):
         """Duplicate the communicator (collective); the copy runs the same global collectives."""
@@ -726,8 +731,15 @@ class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
         super().Free()
 
 
-#: what ``algorithm`` may name for an intracommunicator ("auto" is the hierarchical algorithm)
+#: what ``algorithm`` may name for an intracommunicator ("auto": the hierarchical algorithm on more
+#: than one node, the library's collectives on one; see :data:`ONE_NODE`)
 INTRACOMM_ALGORITHMS = ("auto", "hierarchical", "native")
+#: Why ``auto`` keeps the library's global collectives on an intracommunicator of one node.
+ONE_NODE = ("one node: the universal hierarchical algorithm saves inter-node messages and there are none, "
+            "while its copies and node barriers cost more than the library's own shared-memory collective "
+            "(measured 6.7-9.9x the library's time on one machine, benchmarks/hierarchy); "
+            "algorithm='hierarchical', or any option of the node structure (ranks_per_node, reduce, ...), "
+            "runs it anyway")
 #: what a topology communicator's global collectives run (wrap's ``global_collectives``)
 GLOBAL_COLLECTIVE_CHOICES = ("library", "hierarchical")
 #: options of the node structure, accepted by wrap() for every communicator
@@ -743,8 +755,10 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     intracommunicator so its global collectives run the universal hierarchical algorithm.
 
     An intracommunicator (not a topology one) gives an :class:`Intracomm` on the same handle
-    (collective: it makes the node and leader communicators); ``algorithm`` is ``"auto"`` or
-    ``"hierarchical"`` (the same), or ``"native"`` (the library's own collectives); the options
+    (collective: it makes the node and leader communicators); ``algorithm`` is ``"hierarchical"``,
+    ``"native"`` (the library's own collectives) or ``"auto"``: the hierarchical algorithm, except
+    that with no option below and every rank on one node it keeps the library's collectives
+    (:data:`ONE_NODE` says why; ``plan_stats`` reports it); the options
     are ``ranks_per_node=k`` (nodes of ``k`` consecutive ranks, to emulate nodes on one machine;
     default: ``SPARSECOLL_PLACEMENT`` if set, else ``Split_type(COMM_TYPE_SHARED)``),
     ``check_arguments=True`` (one small allreduce per call so that disagreeing roots or counts
@@ -873,6 +887,11 @@ def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarch
         raise TypeError(f"options: an intracommunicator takes only {HIERARCHY_OPTIONS}, got {sorted(options)}")
     _check_hierarchy_options(hierarchy_options)
     wrapped = Intracomm(comm)
-    wrapped.__dict__.update(_sc_hierarchy_options=hierarchy_options, _sc_global_native=algorithm == "native")
-    wrapped._sc_hier()
+    wrapped.__dict__.update(_sc_hierarchy_options=hierarchy_options, _sc_global_native=algorithm == "native",
+                            _sc_requested=algorithm)
+    hierarchy = wrapped._sc_hier()
+    if algorithm == "auto" and not hierarchy_options and hierarchy.layout.nodes == 1:
+        # the same on every rank (the node map is allgathered): nothing for the hierarchy to save;
+        # the node structure stays for hierarchy_stats (its windows are made on first use: never)
+        wrapped.__dict__.update(_sc_global_native=True, _sc_global_reason=ONE_NODE)
     return wrapped

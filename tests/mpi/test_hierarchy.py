@@ -434,6 +434,35 @@ def test_free_leaves_user_windows_intact(per_node):
     node.Free()
 
 
+def test_auto_keeps_the_library_on_one_node_unless_asked():
+    """A bare wrap(intracomm) whose ranks share one node (this machine: one Split_type node) runs the
+    library's global collectives, says why, and still reports its node structure; algorithm=
+    'hierarchical' or an option of the node structure runs the hierarchy; Dup keeps the choice."""
+    bare = sparsecoll.wrap(WORLD.Dup())
+    asked = sparsecoll.wrap(WORLD.Dup(), "hierarchical")
+    try:
+        one_node = bare.hierarchy_stats()["nodes"] == 1
+        data = numpy.arange(3, dtype=numpy.int64) + RANK
+        for comm in (bare, asked):
+            got, expected = numpy.zeros(3, dtype=numpy.int64), numpy.zeros(3, dtype=numpy.int64)
+            comm.Allreduce(data, got)
+            WORLD.Allreduce(data, expected)
+            assert got.tolist() == expected.tolist()
+        assert asked.plan_stats("Allreduce")["algorithm"] == "universal hierarchical"
+        stats = bare.plan_stats("Allreduce")
+        if one_node:
+            assert stats["algorithm"] == "library" and stats["reason"].startswith("one node")
+            assert bare.hierarchy_stats()["calls"] == 0 and "one node" in bare.hierarchy_stats()["library"]
+            copy = bare.Dup()
+            assert copy.plan_stats("Bcast")["algorithm"] == "library"
+            copy.Free()
+        else:
+            assert stats["algorithm"] == "universal hierarchical"
+    finally:
+        bare.Free()
+        asked.Free()
+
+
 def test_native_intracomm_runs_the_library():
     wrapped = sparsecoll.wrap(WORLD.Dup(), "native")
     data = numpy.full(2, RANK, dtype=numpy.int32)
@@ -474,6 +503,11 @@ def test_topology_communicator_gets_global_collectives():
     assert duplicate.hierarchy_stats()["ranks_per_node"][0] == min(2, SIZE)
     duplicate.Free()
     wrapped.Free()
+    # detected nodes: making the node structure calls the library's allgather, not the wrapper's own
+    detected = sparsecoll.wrap(WORLD.Create_cart([SIZE], periods=[True]), "direct", global_collectives="hierarchical")
+    assert detected.allgather(RANK) == list(range(SIZE))
+    assert detected.hierarchy_stats()["node_source"].startswith("detected")
+    detected.Free()  # (the handle too, as wrapped.Free() freed ring's)
 
 
 def test_bad_arguments_raise_naming_them(comm):

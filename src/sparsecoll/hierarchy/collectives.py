@@ -600,7 +600,7 @@ class Hierarchy:
         if recvcounts is None:
             if in_place:
                 raise ValueError("recvcounts: required when sendbuf is MPI.IN_PLACE")
-            return [int(c) for c in self.comm.allgather(target.counts[0])]  # what mpi4py does
+            return [int(c) for c in MPI.Intracomm.allgather(self.comm, target.counts[0])]  # what mpi4py does
         try:
             counts = list(recvcounts)
         except TypeError:

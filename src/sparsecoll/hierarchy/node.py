@@ -80,7 +80,7 @@ class NodeLayout:
         else:
             node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
             lowest = node_comm.allreduce(rank, op=MPI.MIN)
-            lowest_of = comm.allgather(lowest)
+            lowest_of = MPI.Intracomm.allgather(comm, lowest)  # the library's, on a wrapper too
             order = {low: index for index, low in enumerate(sorted(set(lowest_of)))}
             node_of = tuple(order[low] for low in lowest_of)
             source = "detected: Split_type(COMM_TYPE_SHARED)"
