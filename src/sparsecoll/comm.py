@@ -173,51 +173,41 @@ class GlobalCollectivesMixin:
 
     # -- mpi4py's lowercase (pickle-based) forms, on the methods above (hierarchy.objects) --------
     def _sc_objects(self, name: str, *args):
-        """``hierarchy.objects.<name>(self, *args)``, recorded for :meth:`global_stats`."""
+        """``hierarchy.objects.<name>(self, *args)``, recorded for :meth:`global_stats`; the library's
+        lowercase method where this wrapper keeps the library's collectives."""
+        hierarchy = self._sc_hier()
+        if hierarchy is None:
+            return getattr(super(), name)(*args)
         result = getattr(objects, name)(self, *args)
-        self._sc_hier().record(name, True)
+        hierarchy.record(name, True)
         return result
 
     def allgather(self, sendobj):
         """Every rank's object, in rank order, on every rank (pickled; the hierarchical Allgather(v))."""
-        if self._sc_hier() is None:
-            return super().allgather(sendobj)
         return self._sc_objects("allgather", sendobj)
 
     def alltoall(self, sendobj):
         """Item k of ``sendobj`` to rank k; item k of the result from rank k (the hierarchical Alltoall(v))."""
-        if self._sc_hier() is None:
-            return super().alltoall(sendobj)
         return self._sc_objects("alltoall", sendobj)
 
     def bcast(self, obj, root: int = 0):
         """``root``'s object on every rank (pickled; the hierarchical Bcast)."""
-        if self._sc_hier() is None:
-            return super().bcast(obj, root)
         return self._sc_objects("bcast", obj, root)
 
     def gather(self, sendobj, root: int = 0):
         """Every rank's object, in rank order, at ``root`` (None elsewhere; the hierarchical Gather(v))."""
-        if self._sc_hier() is None:
-            return super().gather(sendobj, root)
         return self._sc_objects("gather", sendobj, root)
 
     def scatter(self, sendobj, root: int = 0):
         """Item k of ``root``'s sequence ``sendobj`` on rank k (the hierarchical Scatter(v))."""
-        if self._sc_hier() is None:
-            return super().scatter(sendobj, root)
         return self._sc_objects("scatter", sendobj, root)
 
     def reduce(self, sendobj, op=MPI.SUM, root: int = 0):
-        """``op`` folded over every rank's object in rank order, at ``root`` (None elsewhere), as mpi4py does."""
-        if self._sc_hier() is None:
-            return super().reduce(sendobj, op, root)
+        """Every rank's object combined by ``op`` at ``root`` (None elsewhere), in mpi4py's order."""
         return self._sc_objects("reduce", sendobj, op, root)
 
     def allreduce(self, sendobj, op=MPI.SUM):
-        """``op`` folded over every rank's object in rank order, on every rank, as mpi4py does."""
-        if self._sc_hier() is None:
-            return super().allreduce(sendobj, op)
+        """Every rank's object combined by ``op`` on every rank, in mpi4py's order."""
         return self._sc_objects("allreduce", sendobj, op)
 
 

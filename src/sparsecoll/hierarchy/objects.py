@@ -96,14 +96,14 @@ def scatter(comm, sendobj, root: int):
 
 
 def reduce(comm, sendobj, op, root: int):
-    """``comm.reduce(sendobj, op, root)``: ``op`` folded over every rank's object in rank order, at ``root``."""
+    """``comm.reduce(sendobj, op, root)``: every rank's object combined by ``op`` (:func:`combine`), at ``root``."""
     op = _op(op)
     items = gather(comm, sendobj, root)
     return None if items is None else combine(items, op)
 
 
 def allreduce(comm, sendobj, op):
-    """``comm.allreduce(sendobj, op)``: ``op`` folded over every rank's object in rank order, on every rank."""
+    """``comm.allreduce(sendobj, op)``: every rank's object combined by ``op`` (:func:`combine`), on every rank."""
     op = _op(op)
     return combine(allgather(comm, sendobj), op)
 
