@@ -58,6 +58,14 @@ def _library_alltoall(comm, send, per_block: int):
     return recv
 
 
+def _alltoall_matches_library(comm, per_block: int) -> bool:
+    """One blocking alltoall of :func:`_blocks` through ``comm``, compared with the library's."""
+    send = _blocks(comm, per_block, 0, False)
+    recv = numpy.full(comm.topology.indegree * per_block, -1.0)
+    comm.Neighbor_alltoall(send, recv)
+    return recv.tobytes() == _library_alltoall(comm, send, per_block).tobytes()
+
+
 def _agree(failures):
     everyone = WORLD.allgather(failures[:3])
     assert not any(everyone), everyone
@@ -271,10 +279,7 @@ def test_a_window_failing_on_one_rank_falls_back_on_every_rank(ring, monkeypatch
             raise MPI.Exception(MPI.ERR_WIN)
         monkeypatch.setattr(rma, "create_window", refuse)
     comm = sparsecoll.wrap(ring, "direct", executor="rma")
-    send = _blocks(comm, 2, 0, False)
-    recv = numpy.full(comm.topology.indegree * 2, -1.0)
-    comm.Neighbor_alltoall(send, recv)
-    assert recv.tobytes() == _library_alltoall(comm, send, 2).tobytes()
+    assert _alltoall_matches_library(comm, 2)
     label = comm.plan_stats("alltoall")["executor"]
     assert label.startswith("steps (rma fallback: "), label
     assert WORLD.allgather(label.startswith("steps")) == [True] * SIZE
@@ -304,9 +309,6 @@ def test_windows_made_everywhere_are_freed_when_a_later_step_fails(ring, monkeyp
         return _LockRefused(windows[-1]) if RANK == SIZE - 1 else windows[-1]
     monkeypatch.setattr(rma, "create_window", create)
     comm = sparsecoll.wrap(ring, "direct", executor="rma_canary")
-    send = _blocks(comm, 2, 0, False)
-    recv = numpy.full(comm.topology.indegree * 2, -1.0)
-    comm.Neighbor_alltoall(send, recv)
-    assert recv.tobytes() == _library_alltoall(comm, send, 2).tobytes()
+    assert _alltoall_matches_library(comm, 2)
     assert comm.plan_stats("alltoall")["executor"].startswith("steps (rma_canary fallback: ")
     assert len(windows) == 1 and windows[0] == MPI.WIN_NULL
