@@ -256,23 +256,22 @@ class CommRuntime:
         runs = self
         if plan.persistence.exact_bytes:  # its calls are checked against the weights first
             runs = levels.CheckedRuntime(self, self.exact_bytes_check(collective))
-        self.executor_factory(plan.executor)
-        factory = self._executors[plan.executor].factory_for(key, pattern, plan.executor_options, self.private)
+        factory = self.prepared_executor(plan.executor).factory_for(key, pattern, plan.executor_options, self.private)
         found = CallPlan(collective, key[0], pattern, regular_needs if collective in REGULAR else vector_needs,
                          plan.rebind, runs, factory)
         self._call_plans[(plan.key, plan.rebind, collective)] = found
         return found
 
-    def executor_factory(self, name: str):
-        """What runs schedules for the executor ``name`` here (:func:`sparsecoll.execute.prepare`).
+    def prepared_executor(self, name: str):
+        """The executor ``name`` prepared on this communicator (:func:`sparsecoll.execute.prepare`).
 
-        Collective the first time for an executor that opens a window: it is called from
+        Collective the first time for an executor that opens a window: it is reached from
         :meth:`call_plan`, whose first call for a plan every rank makes together.
         """
         prepared = self._executors.get(name)
         if prepared is None:
             prepared = self._executors[name] = execute.prepare(name, self.private)
-        return prepared.factory
+        return prepared
 
     def _agree_on_size_pass(self, pattern) -> tuple:
         """Whether calls need the size pass, decided together (one allreduce per pattern).
@@ -429,7 +428,7 @@ class CommRuntime:
     def requests_for(self, schedule, executor: str = execute.DEFAULT_EXECUTOR):
         """The persistent requests and datatypes a call of ``executor`` (a name of
         :data:`sparsecoll.execute.EXECUTORS`) makes for ``schedule`` (never started; ``.free()`` them)."""
-        return self.executor_factory(executor)(self.private, schedule, BLOCKING_CHANNEL)
+        return self.prepared_executor(executor).factory(self.private, schedule, BLOCKING_CHANNEL)
 
     # -- calls ----------------------------------------------------------------------------------
     def blocking(self, call: CallPlan, sendbuf, recvbuf) -> None:
