@@ -21,7 +21,7 @@ for executors that run messages as their dependencies complete.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -157,3 +157,12 @@ def has_transit(pattern: Pattern, topology: Topology) -> bool:
                     return True
                 wanted[item] -= 1
     return False
+
+
+def final_copies(pattern: Pattern, recv_items) -> int:
+    """How many receive blocks no arrival of ``pattern`` fills (``recv_items``: the topology's,
+    :meth:`~sparsecoll.topology.Topology.recv_items` of ``pattern.family``): :func:`bind` fills
+    them by local copies after the last step, which the executors run as one more step."""
+    wanted = Counter(item for item in recv_items if item is not None)
+    arrived = Counter(item for step in pattern.steps for message in step.recvs for item in message.items)
+    return sum(max(count - arrived[item], 0) for item, count in wanted.items())

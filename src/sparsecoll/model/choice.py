@@ -50,13 +50,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy
 
 from .. import algorithms
 from ..algorithms import node_aware
+from ..bind import final_copies
 from ..execute.p2p import wire_runs
 from ..pattern import Pattern
 from . import paper2023
@@ -105,15 +105,6 @@ def _level_of(placement, rank: int):
     if placement is None:
         return lambda peer: "self" if peer == rank else "socket"
     return lambda peer: "self" if peer == rank else placement.pair_class(rank, peer)
-
-
-def final_copies(pattern: Pattern, recv_items) -> int:
-    """Receive blocks of this rank that no arrival of ``pattern`` fills (``recv_items``: the
-    topology's, :meth:`~sparsecoll.topology.Topology.recv_items`): the executors copy them
-    locally after the last step (:mod:`sparsecoll.bind`), as one more step of messages to self."""
-    wanted = Counter(item for item in recv_items if item is not None)
-    arrived = Counter(item for step in pattern.steps for message in step.recvs for item in message.items)
-    return sum(count - min(count, arrived[item]) for item, count in wanted.items())
 
 
 def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = False, recv_items=None) -> Cost:
