@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy
 from mpi4py import MPI
 
+from ..checks import is_integer
+
 BYTE = MPI.BYTE
 
 
@@ -135,7 +137,7 @@ def _sequence(obj, size: int, arg: str) -> list:
 
 
 def _root(comm, root) -> int:
-    if isinstance(root, bool) or not isinstance(root, (int, numpy.integer)):
+    if not is_integer(root):
         raise TypeError(f"root: expected a rank number, got {root!r}")
     if not 0 <= int(root) < comm.Get_size():
         raise ValueError(f"root: {root} is not a rank of this communicator (size {comm.Get_size()})")
