@@ -145,20 +145,22 @@ def test_hotspot_spec():
 
 
 def test_hotspot_16_alltoall_is_a_logarithmic_tree():
-    """The brief's bound ``ceil(log2 16) + 2 = 6`` messages per rank (direct: 15). It needs
-    ``ceil(L/o) <= 1``: with this machine's defaults (``ceil(L/o) = 3``) the paper's rule stops
-    at 9 (next test)."""
-    run = build_patterns(hotspot(16), "loggp_tree", ALLTOALL, LATENCY_EQUALS_OVERHEAD)
-    assert _max_sends(run) <= math.ceil(math.log2(16)) + 2
-    assert run.patterns[0].info["lag"] == 1
+    """The brief's bound ``ceil(log2 16) + 2 = 6`` messages per rank (direct: 15), with the
+    default LogGP parameters (this machine's, ``ceil(L/o) = 1``) and with ``L = o``."""
+    for options in ({}, LATENCY_EQUALS_OVERHEAD):
+        run = build_patterns(hotspot(16), "loggp_tree", ALLTOALL, options)
+        assert _max_sends(run) <= math.ceil(math.log2(16)) + 2
+        assert run.patterns[0].info["lag"] == 1
+    assert run.patterns[0].info["lag"] == math.ceil(DEFAULT_L / DEFAULT_O)
 
 
-def test_hotspot_16_alltoall_with_the_default_parameters():
-    """Defaults: ``lag = ceil(1.7/0.69) = 3``. The root moves ``floor(15/2 - 3) = 4`` messages
+def test_hotspot_16_alltoall_with_a_long_latency():
+    """``L/o`` between 2 and 3 (``lag = 3``): the root moves ``floor(15/2 - 3) = 4`` messages
     (12 left: 11 and the hand-off), then ``floor(12/2 - 3) = 3`` (10 left), then
-    ``floor(10/2 - 3) = 2`` (9 left); at 9, ``floor(9/2 - 3) = 1`` would gain nothing."""
-    run = build_patterns(hotspot(16), "loggp_tree", ALLTOALL)
-    assert run.patterns[0].info["lag"] == math.ceil(DEFAULT_L / DEFAULT_O) == 3
+    ``floor(10/2 - 3) = 2`` (9 left); at 9, ``floor(9/2 - 3) = 1`` would gain nothing. The
+    paper's rule keeps more sends at the root the longer a hand-off takes to arrive."""
+    run = build_patterns(hotspot(16), "loggp_tree", ALLTOALL, {"L": 2.5e-6, "o": 1e-6})
+    assert run.patterns[0].info["lag"] == 3
     assert stats(run.patterns[0])["sends"] == 9
     assert _max_sends(run) == 9
 

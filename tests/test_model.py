@@ -204,19 +204,42 @@ def test_ping_pong_rejects_bad_arguments_before_communicating():
         ping_pong(MPI.COMM_SELF, [0, 8], 0)
 
 
-def test_loggp_burst_fit_inverts_the_evaluator():
-    """Burst times predicted by evaluate (o = 0) give back L, g, G through fit_loggp_bursts."""
-    from sparsecoll.model.calibrate import fit_loggp_bursts
-    truth = loggp(50e-6, 0.0, 3e-6, 0.2e-9)
+def test_loggp_fit_inverts_the_evaluator():
+    """Burst and round-trip times predicted by evaluate give back L, o, G through fit_loggp
+    (the burst slope is taken where sending bounds the step, not the first message's latency)."""
+    from sparsecoll.model.calibrate import DEFAULT_BURSTS, fit_loggp
+    truth = loggp(2e-6, 0.5e-6, 0.0, 0.2e-9)
 
     def step(k, m):  # ranks 0 and 1 exchange k messages of m bytes each way in one step
         spec = {0: [([(1, 1)] * k, [(1, 1)] * k)], 1: [([(0, 1)] * k, [(0, 1)] * k)]}
         return evaluate(patterns(2, spec), truth, m).latency
-    counts, sizes, smallest = [1, 2, 4, 8, 16], [4, 1024, 4096, 16384], 4
-    fit = fit_loggp_bursts(counts, [step(k, smallest) for k in counts], sizes, [step(1, m) for m in sizes], smallest)
-    assert fit == pytest.approx({"L": 50e-6, "o": 0.0, "g": 3e-6, "G": 0.2e-9}, rel=1e-6, abs=1e-15)
+
+    def one_way(m):  # half a round trip
+        spec = {0: [([(1, 1)], [])], 1: [([], [(0, 1)])]}
+        return evaluate(patterns(2, spec), truth, m).latency
+    counts, sizes, smallest = list(DEFAULT_BURSTS), [4, 1024, 4096, 16384], 4
+    fit = fit_loggp(counts, [step(k, smallest) for k in counts], sizes, [step(1, m) for m in sizes], one_way(smallest))
+    assert fit == pytest.approx({"L": 2e-6, "o": 0.5e-6, "g": 0.0, "G": 0.2e-9}, rel=1e-6, abs=1e-15)
+    # a plain least-squares slope over every count would mix in the latency-bound small bursts
+    assert step(2, smallest) - step(1, smallest) < 2 * 0.5e-6
     with pytest.raises(ValueError, match="counts"):
-        fit_loggp_bursts([4, 4], [1.0, 1.0], sizes, [1.0] * 4, smallest)
+        fit_loggp([4, 4], [1.0, 1.0], sizes, [1.0] * 4, 1e-6)
+    with pytest.raises(ValueError, match="sizes"):
+        fit_loggp(counts, [1.0] * len(counts), [8, 8], [1.0, 1.0], 1e-6)
+
+
+def test_loggp_measurements_on_one_rank_pair_are_positive():
+    """burst_exchange and round_trip_chain time real persistent requests (rank with itself idles)."""
+    from mpi4py import MPI
+
+    from sparsecoll.model.calibrate import burst_exchange, round_trip_chain
+    times = burst_exchange(MPI.COMM_SELF, [(1, 8), (4, 8)], 3, chain=2)
+    assert len(times) == 2 and all(t >= 0 for t in times)
+    assert round_trip_chain(MPI.COMM_SELF, 8, 3, chain=2) >= 0
+    with pytest.raises(ValueError, match="reps"):
+        round_trip_chain(MPI.COMM_SELF, 8, 0)
+    with pytest.raises(ValueError, match="points"):
+        burst_exchange(MPI.COMM_SELF, [(0, 8)], 3)
 
 
 # -- execution="dag": the dependency graph run as soon as it may --------------------------

@@ -106,14 +106,13 @@ from .protocol import ProtocolChannel, protocol_communicator
 
 DEFAULT_T = 2
 #: LogGP defaults, from ``sparsecoll calibrate --model loggp --np 2`` on the project's 2-core
-#: machine with nothing else running (MPICH 5.0.2, three runs): a step of one 0-byte message each
-#: way took 2.97-3.19 us, each further message 1.36-1.38 us, each byte 0.060 ns. In that burst
-#: every rank sends and receives each message, so the per-message slope is two overheads
-#: (``o = 1.37 / 2 = 0.69 us``) and one message costs ``o + L + o`` (``L = 3.1 - 1.37 = 1.7 us``);
-#: :func:`sparsecoll.model.params.tree_rule_loggp` is the same conversion for a file. (Open MPI
-#: 5.0.11 on the same machine: ``L = 1.2 us``, ``o = 0.45 us``: the same ``ceil(L/o) = 3``.)
-DEFAULT_L = 1.7e-6
-DEFAULT_O = 0.69e-6
+#: machine with nothing else running (MPICH 5.0.2, three runs, persistent requests as the
+#: executors use): a burst costs 0.63-0.66 us per further message each way (a send and a receive
+#: overhead, ``o = 0.32-0.33 us``), half a round trip of 0 bytes 0.92-0.96 us (``o + L + o``, so
+#: ``L = 0.27-0.30 us``): ``ceil(L/o) = 1``. (Open MPI 5.0.11 on the same machine: ``o = 0.077 us``,
+#: ``L = 0.06 us``, also ``ceil(L/o) = 1``.) :mod:`sparsecoll.model.calibrate` gives the method.
+DEFAULT_L = 0.29e-6
+DEFAULT_O = 0.33e-6
 DEFAULT_G = 0.060e-9
 #: The allgather formula's block size ``k`` (bytes): the paper's Fig. 9 size.
 DEFAULT_BLOCK_BYTES = 16

@@ -19,16 +19,23 @@ Load during the measurement (``--pairs``), for machines where ranks outnumber co
   rank communicates as in a neighborhood collective; a round trip's time is the maximum
   over the pairs (the benchmark's maximum over ranks), and half its median is ``t(m)``.
 
-``--model loggp`` measures *bursts* instead of round trips: in one step every pair
-(``2i``, ``2i+1``) exchanges ``k`` messages of ``m`` bytes each way (``k`` ``Irecv`` and
-``k`` ``Isend``, one ``Waitall``), as a step of a Pattern does, and the step's time (the
-maximum over ranks, median over repetitions) is fitted to what
-:mod:`sparsecoll.model.evaluate` predicts for that step with ``o = 0``:
-``t(k, m) = L + (m-1)*G + (k-1)*(g + (m-1)*G)``. The slope over ``k`` (``m`` = the
-smallest size) gives ``g``, the slope over ``m`` (``k = 1``) gives ``G``, the rest is
-``L``. A burst cannot tell a per-message CPU overhead ``o`` from ``g`` and ``L``; ``o =
-0`` puts it into them. On a machine with more ranks than cores, ``L`` then holds the
-scheduling delay a step waits for, and ``g`` the cost of one more message in a step.
+``--model loggp`` measures LogGP the standard way (Culler et al., "LogP performance
+assessment of fast network interfaces", 1996): the per-message overhead from the slope of
+*bursts*, the latency from *round trips*, both with persistent requests (``Startall`` /
+``Waitall``, the calls the executors make), every pair (``2i``, ``2i+1``) at once.
+
+* A burst: in one step every pair exchanges ``k`` messages of ``m`` bytes each way (``k``
+  receives and ``k`` sends); :data:`CHAIN` steps run back to back per sample, so that the
+  barrier before a sample (whose exit skew is a microsecond here) is spread over them. Each
+  rank sends *and* receives every message, so once ``k`` is large enough that sending, not
+  the first message's latency, bounds the step, the slope over ``k`` is a send and a receive
+  overhead, ``2o``; the slope over ``m`` (``k = 1``) is ``G``.
+* A round trip: the pair ping-pongs one message of the smallest size :data:`CHAIN` times
+  back to back per sample; half a round trip is ``o + L + o``, so ``L`` is that minus ``2o``.
+
+The file holds ``o`` and ``L`` so found, ``G``, and ``g = 0`` (the SC12 paper's
+simplification ``o > g``). On a machine with more ranks than cores the times hold the
+scheduling delays a message waits for (the timings are a maximum over ranks).
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ DEFAULT_SIZES = (0, 8, 64, 512, 4096, 32768, 262144, 1048576)
 PAIRS = ("one", "all")
 WARMUP = 2
 DEFAULT_BURSTS = (1, 2, 4, 8, 16, 32)
+#: ``--model loggp``: steps (round trips) run back to back per timed sample.
+CHAIN = 50
 
 
 def fit_hockney(sizes, seconds) -> tuple:
@@ -96,11 +105,29 @@ def ping_pong(comm, sizes, reps: int, pairs: str = "one") -> list:
     return times
 
 
-def burst_exchange(comm, points, reps: int) -> list:
-    """Median over ``reps`` of the maximum over ranks of one step per ``(k, m)`` in ``points``.
+def _timed_samples(comm, reps: int, run) -> float:
+    """Median over ``reps`` samples (after :data:`WARMUP`) of the maximum over ranks of one
+    ``run()``'s time; each sample starts after a barrier. Collective; every rank gets it."""
+    from mpi4py import MPI
+    samples = numpy.zeros(reps)
+    for rep in range(reps + WARMUP):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        run()
+        if rep >= WARMUP:
+            samples[rep - WARMUP] = time.perf_counter() - t0
+    worst = numpy.empty_like(samples)
+    comm.Allreduce(samples, worst, op=MPI.MAX)
+    return float(numpy.median(worst))
 
-    In the step every pair (``2i``, ``2i+1``) exchanges ``k`` messages of ``m`` bytes each
-    way (an odd last rank idles). Collective over ``comm``; every rank gets the list.
+
+def burst_exchange(comm, points, reps: int, chain: int = CHAIN) -> list:
+    """Time per step for each ``(k, m)`` in ``points``: the median over ``reps`` samples of the
+    maximum over ranks, a sample being ``chain`` steps back to back.
+
+    In a step every pair (``2i``, ``2i+1``) exchanges ``k`` messages of ``m`` bytes each way
+    by persistent requests (an odd last rank idles). Collective over ``comm``; every rank gets
+    the list.
     """
     from mpi4py import MPI
     if reps < 1:
@@ -113,41 +140,73 @@ def burst_exchange(comm, points, reps: int) -> list:
             raise ValueError(f"points: expected k >= 1 messages and m >= 0 bytes, got ({k}, {m})")
         send = numpy.zeros((k, max(m, 1)), dtype="u1")
         recv = numpy.zeros_like(send)
-        samples = numpy.zeros(reps)
-        for rep in range(reps + WARMUP):
-            comm.Barrier()
-            t0 = time.perf_counter()
-            if partner is not None:
-                requests = [comm.Irecv([recv[i], m, MPI.BYTE], partner, 8) for i in range(k)]
-                requests += [comm.Isend([send[i], m, MPI.BYTE], partner, 8) for i in range(k)]
+        requests = []
+        if partner is not None:
+            requests = [comm.Recv_init([recv[i], m, MPI.BYTE], partner, 8) for i in range(k)]
+            requests += [comm.Send_init([send[i], m, MPI.BYTE], partner, 8) for i in range(k)]
+
+        def steps(requests=requests):
+            for _ in range(chain):
+                MPI.Prequest.Startall(requests)
                 MPI.Request.Waitall(requests)
-            if rep >= WARMUP:
-                samples[rep - WARMUP] = time.perf_counter() - t0
-        worst = numpy.empty_like(samples)
-        comm.Allreduce(samples, worst, op=MPI.MAX)
-        times.append(float(numpy.median(worst)))
+        times.append(_timed_samples(comm, reps, steps) / chain)
+        for request in requests:
+            request.Free()
     return times
 
 
-def fit_loggp_bursts(counts, count_seconds, sizes, size_seconds, smallest: int) -> dict:
-    """LogGP ``L, o, g, G`` from burst times (module docstring; ``o = 0``, clipped at 0).
+def round_trip_chain(comm, nbytes: int, reps: int, chain: int = CHAIN) -> float:
+    """Half a round trip of ``nbytes``: every pair (``2i``, ``2i+1``) ping-pongs ``chain`` times
+    back to back per sample with persistent requests; the median over ``reps`` samples of the
+    maximum over ranks, divided by ``2 * chain``. Collective; every rank gets it."""
+    from mpi4py import MPI
+    if reps < 1:
+        raise ValueError(f"reps: expected >= 1, got {reps}")
+    rank, size = comm.Get_rank(), comm.Get_size()
+    partner, starts = _partner(rank, size, "all")
+    buf = numpy.zeros(max(nbytes, 1), dtype="u1")
+    if partner is None:
+        return _timed_samples(comm, reps, lambda: None) / (2 * chain)
+    send = comm.Send_init([buf, nbytes, MPI.BYTE], partner, 9)
+    recv = comm.Recv_init([buf, nbytes, MPI.BYTE], partner, 9)
+    first, second = (send, recv) if starts else (recv, send)
 
-    ``count_seconds[i]``: a step of ``counts[i]`` messages of ``smallest`` bytes;
-    ``size_seconds[j]``: a step of one message of ``sizes[j]`` bytes.
+    def round_trips():
+        for _ in range(chain):
+            first.Start()
+            first.Wait()
+            second.Start()
+            second.Wait()
+    half = _timed_samples(comm, reps, round_trips) / (2 * chain)
+    send.Free()
+    recv.Free()
+    return half
+
+
+def fit_loggp(counts, count_seconds, sizes, size_seconds, half_round_trip: float) -> dict:
+    """LogGP ``L, o, g, G`` (module docstring): ``2o`` the slope of ``count_seconds`` over
+    ``counts`` (the larger half of them: a step of few messages is bound by the first one's
+    latency, not by the overheads), ``G`` the slope of ``size_seconds`` over ``sizes``, ``L`` = ``half_round_trip``
+    minus ``2o`` and the smallest size's bytes; ``g = 0``; each clipped at 0.
+
+    ``count_seconds[i]``: a step of ``counts[i]`` messages of the smallest size each way;
+    ``size_seconds[j]``: a step of one message of ``sizes[j]`` bytes each way.
     """
     counts = numpy.asarray(counts, dtype=float)
     sizes = numpy.asarray(sizes, dtype=float)
     if counts.size < 2 or numpy.ptp(counts) == 0:
-        raise ValueError("counts: need at least two different message counts to fit g")
+        raise ValueError("counts: need at least two different message counts to fit o")
     if sizes.size < 2 or numpy.ptp(sizes) == 0:
         raise ValueError("sizes: need at least two different message sizes to fit G")
     G, _ = numpy.polyfit(sizes, numpy.asarray(size_seconds, dtype=float), 1)
     G = max(float(G), 0.0)
-    per_message, at_one = numpy.polyfit(counts - 1, numpy.asarray(count_seconds, dtype=float), 1)
-    mm = max(smallest - 1, 0)
-    g = max(float(per_message) - mm * G, 0.0)
-    L = max(float(at_one) - mm * G, 0.0)
-    return {"L": L, "o": 0.0, "g": g, "G": G}
+    busy = counts >= numpy.median(counts)  # where sending, not the first message's latency, bounds a step
+    if numpy.ptp(counts[busy]) == 0:
+        busy[:] = True
+    per_message, _ = numpy.polyfit(counts[busy], numpy.asarray(count_seconds, dtype=float)[busy], 1)
+    o = max(float(per_message) / 2, 0.0)
+    L = max(float(half_round_trip) - 2 * o - max(sizes.min() - 1, 0.0) * G, 0.0)
+    return {"L": L, "o": o, "g": 0.0, "G": G}
 
 
 # -- the profile of ``algorithm="auto"`` (:mod:`sparsecoll.model.profile`) ---------------------------

@@ -102,10 +102,11 @@ def tree_rule_loggp(machine: Machine, pair_class: str = "network") -> dict:
     """``{L, o, G}`` as the SC12 tree rule reads LogGP (``o > g``, so a sender pays ``o`` per
     message; ``loggp_tree``), from ``pair_class``'s parameters (with the usual fallback).
 
-    A file with ``o > 0`` is taken as it is. A burst fit (``sparsecoll calibrate --model loggp``,
-    ``o = 0`` by construction) measured steps in which every rank sends *and* receives each
-    message, so its per-message slope ``g`` is two overheads (``o = g / 2``) and its one-message
-    time ``L`` holds a send and a receive overhead (``L - 2o``, at least 0).
+    A file with ``o > 0`` (what ``sparsecoll calibrate --model loggp`` writes) is taken as it
+    is. A file with ``o = 0`` and ``g > 0`` is a fit of step times that folds the overheads into
+    ``g`` and ``L`` (steps in which every rank sends *and* receives each message): its per-message
+    slope ``g`` is then two overheads (``o = g / 2``) and its one-message time ``L`` holds a send
+    and a receive overhead (``L - 2o``, at least 0).
     """
     if machine.model != "loggp":
         raise ValueError(f"loggp: expected a LogGP parameter file, got a {machine.model} one")

@@ -1,5 +1,5 @@
 """``sparsecoll calibrate``: measure the profile ``algorithm="auto"`` predicts with (default), or
-Hockney's alpha and beta (LogGP's L, g, G) for the simulator's cost model, and save them.
+Hockney's alpha and beta (LogGP's L, o, G) for the simulator's cost model, and save them.
 
 ``--model profile`` (default): :mod:`.profile_calibration` measures, every launched rank
 taking part, the library's and sparsecoll's per-call, per-step and per-message costs; the
@@ -16,18 +16,21 @@ Run it once at a rank per core (``--np 2`` here) and once at the load you will r
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
 
 from sparsecoll.model.calibrate import (
+    CHAIN,
     DEFAULT_BURSTS,
     DEFAULT_SIZES,
     PAIRS,
     burst_exchange,
     fit_hockney,
-    fit_loggp_bursts,
+    fit_loggp,
     ping_pong,
+    round_trip_chain,
 )
 
 
@@ -46,7 +49,8 @@ def add_arguments(parser) -> None:
                              "cores get the launcher's oversubscription settings, as the benchmark does")
     parser.add_argument("--model", default="profile", choices=("profile", "hockney", "loggp"),
                         help="profile: auto's per-call, per-step and per-message costs (default); hockney: "
-                             "ping-pong fit of alpha, beta; loggp: burst fit of L, g, G (o = 0), every pair at once")
+                             "ping-pong fit of alpha, beta; loggp: o and G from bursts, L from round trips, "
+                             "every pair at once")
     parser.add_argument("--bursts", default=",".join(map(str, DEFAULT_BURSTS)),
                         help="loggp: messages per step, comma separated")
     parser.add_argument("--pairs", default="one", choices=PAIRS,
@@ -105,27 +109,33 @@ def _main_loggp(comm, args, sizes) -> int:
     smallest = min(sizes)
     points = [(k, smallest) for k in counts] + [(1, m) for m in sizes]
     times = burst_exchange(comm, points, args.reps)
+    half_round_trip = round_trip_chain(comm, smallest, args.reps)
     count_seconds, size_seconds = times[:len(counts)], times[len(counts):]
     if comm.Get_rank() == 0:
-        fit = fit_loggp_bursts(counts, count_seconds, sizes, size_seconds, smallest)
+        fit = fit_loggp(counts, count_seconds, sizes, size_seconds, half_round_trip)
         nranks = comm.Get_size()
         source = (f"sparsecoll calibrate --model loggp on {platform.node()}, "
                   f"{MPI.Get_library_version().splitlines()[0]}, {nranks} ranks live on {usable_cores()} cores, "
-                  f"bursts: all {nranks // 2} pairs exchange k messages each way in one step, maximum over ranks, "
-                  f"{args.reps} steps per point, o = 0 by construction, {time.strftime('%Y-%m-%d')}")
+                  f"all {nranks // 2} pairs at once, persistent requests, bursts of k messages each way and "
+                  f"round trips, {CHAIN} back to back per sample, maximum over ranks, {args.reps} samples "
+                  f"per point, {time.strftime('%Y-%m-%d')}")
         machine = loggp(fit["L"], fit["o"], fit["g"], fit["G"], source, args.pair_class)
         data = machine.to_json()
         data["measurements"] = {"counts": counts, "count_bytes": smallest, "count_seconds": count_seconds,
-                                "sizes": sizes, "size_seconds": size_seconds, "ranks": nranks,
-                                "reps": args.reps, "load_average_1_5_15min": list(os.getloadavg())}
+                                "sizes": sizes, "size_seconds": size_seconds,
+                                "half_round_trip_seconds": half_round_trip, "ranks": nranks,
+                                "reps": args.reps, "chain": CHAIN,
+                                "load_average_1_5_15min": list(os.getloadavg())}
         with open(args.out, "w") as f:
             json.dump(data, f, indent=2)
             f.write("\n")
         print(source)
         print(f"{'messages':>9} {'bytes':>9} {'step us':>9}")
         for (k, m), t in zip(points, times):
-            print(f"{k:9d} {m:9d} {t * 1e6:9.1f}")
-        print(f"L = {fit['L'] * 1e6:.2f} us, g = {fit['g'] * 1e6:.3f} us, G = {fit['G'] * 1e9:.4f} ns/byte, o = 0; "
+            print(f"{k:9d} {m:9d} {t * 1e6:9.2f}")
+        print(f"half round trip of {smallest} bytes: {half_round_trip * 1e6:.2f} us")
+        print(f"L = {fit['L'] * 1e6:.3f} us, o = {fit['o'] * 1e6:.3f} us, G = {fit['G'] * 1e9:.4f} ns/byte, g = 0 "
+              f"(ceil(L/o) = {math.ceil(round(fit['L'] / fit['o'], 9)) if fit['o'] else 'undefined'}); "
               f"written to {args.out}")
     return 0
 
