@@ -3,7 +3,8 @@
 Every launched rank takes part, as in a neighborhood collective of that many ranks: on a
 1-D periodic grid each rank has ``k`` neighbors (offsets ``+1, -1, +1, -1``: the ring
 neighbors, twice), or one (offset ``+1``). The variants, interleaved repetition by
-repetition after a barrier, each time the maximum over ranks:
+repetition in the benchmark's random order and with its fixed ``malloc`` threshold
+(:mod:`sparsecoll.tools.fair_timing`), each after a barrier, each time the maximum over ranks:
 
 * the library's ``Neighbor_alltoall`` (blocking, ``Ineighbor`` + ``Wait``, persistent
   ``Start`` + ``Wait``) with one edge at 8 B, with ``k`` edges at 8 B, and one edge at 64 KiB;
@@ -27,6 +28,8 @@ from mpi4py import MPI
 
 from sparsecoll import cart_neighborhood_create, wrap
 from sparsecoll.model.calibrate import PROFILE_EDGES, PROFILE_LARGE, PROFILE_SMALL, PROFILE_STENCIL, ping_pong
+
+from .fair_timing import call_orders, fix_malloc_threshold
 
 FORMS = ("blocking", "nonblocking", "persistent")
 
@@ -54,6 +57,7 @@ def measure(world, reps: int, progress=print) -> tuple:
     ``times[(variant, form, edges, block)]``: the ring; ``stencil[(algorithm, family, form, block)]``:
     ``(seconds, this rank's Pattern)`` on the 9-point stencil.
     """
+    fix_malloc_threshold()  # before any buffer exists, as the benchmark does
     size = world.Get_size()
     small, large, k = PROFILE_SMALL, PROFILE_LARGE, PROFILE_EDGES
     wanted = [(name, form, 1, small) for name in ("native", "direct") for form in FORMS]
@@ -100,9 +104,9 @@ def measure(world, reps: int, progress=print) -> tuple:
         for _ in range(3):
             call()
     local = numpy.zeros(len(keys))
+    orders = call_orders(len(keys))
     for rep in range(reps):
-        shift = rep % len(keys)
-        for i in list(range(shift, len(keys))) + list(range(shift)):
+        for i in next(orders):
             world.Barrier()
             start = time.perf_counter()
             calls[keys[i]]()

@@ -171,11 +171,13 @@ def _measure(args) -> int:
 
     from sparsecoll.algorithms import parse_variant
 
+    from ..fair_timing import fix_malloc_threshold
     from .report import auto_summary, environment, print_phase_table, print_table, summarize, write_figures, write_files
     from .runner import measure, supported, variants
     from .workloads import build
     world = MPI.COMM_WORLD
     root = world.Get_rank() == 0
+    allocator = fix_malloc_threshold()  # before any buffer exists (sparsecoll.tools.fair_timing)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     collectives = args.collective or DEFAULT_COLLECTIVES
     wanted = [a.strip() for a in args.algorithms.split(",") if a.strip()] if args.algorithms else None
@@ -217,6 +219,7 @@ def _measure(args) -> int:
                               "reps": args.reps, "warmup": args.warmup,
                               "phase_reps": args.phase_reps,
                               "command": " ".join(sys.argv), "seconds": round(time.time() - started, 1)})
+    env["settings"].update(allocator)
     files = write_files(out, results, env)
     figures = write_figures(out, results)
     print_table(results)

@@ -48,6 +48,7 @@ from sparsecoll import wrap
 from sparsecoll.algorithms import AUTO, REGISTRY, parse_variant
 from sparsecoll.pattern import family_of
 
+from ..fair_timing import call_orders
 from .workloads import Workload
 
 COLLECTIVES = ("allgather", "allgatherv", "alltoall", "alltoallv")
@@ -445,21 +446,17 @@ def _set_up(world, workload: Workload, collective: str, size: int, variant: Vari
     return {"build_seconds": build_seconds, **phases, "plan": plan}
 
 
-#: Seed of the repetitions' call order (the same on every rank, so every rank makes the same calls).
-ORDER_SEED = 20171218
-
-
 def _interleaved(world, handle, calls: dict, reps: int) -> tuple:
-    """``(samples, binds)``: every call once per repetition, in a random order drawn anew each
-    repetition from :data:`ORDER_SEED` (the same on every rank), a barrier before each; this
-    rank's seconds per call and the schedules each bound."""
+    """``(samples, binds)``: every call once per repetition, in the order of
+    :func:`~sparsecoll.tools.fair_timing.call_orders`, a barrier before each; this rank's seconds
+    per call and the schedules each bound."""
     variants = list(calls)
     samples = {variant: numpy.empty(reps) for variant in variants}
     binds = dict.fromkeys(variants, 0)
     timer = MPI.Wtime
-    order = numpy.random.default_rng(ORDER_SEED)
+    orders = call_orders(len(variants))
     for rep in range(reps):
-        for position in order.permutation(len(variants)):
+        for position in next(orders):
             variant = variants[position]
             call = calls[variant]
             bound_before = handle.schedules_bound

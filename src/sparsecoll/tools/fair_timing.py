@@ -1,0 +1,50 @@
+"""Equal conditions for every variant the benchmark and the calibration time side by side.
+
+* **Call order.** Every repetition calls every variant once, in a random order drawn anew
+  each repetition from one seed, the same on every rank (so every rank makes the same
+  calls). A fixed or rotating order would make each variant always follow the same other
+  variant, and whatever that one leaves behind (a multi-step request's progress-thread
+  wake-ups, a cache it filled) would always land on the same column.
+* **Memory.** glibc's ``malloc`` serves a large block from a fresh ``mmap`` until a block
+  that large is freed, then raises its threshold and serves blocks of that size from the
+  heap (the dynamic mmap threshold). Which kind of memory a variant's buffers get then
+  depends on when they were allocated: measured here (8 ranks on 2 cores, Moore D=2 R=1,
+  64 KiB persistent alltoall, four identical library requests created one after another,
+  300 interleaved repetitions, six runs), the library's own request ran at 0.55-1.71x of an
+  identical one created first, on both libraries; with the threshold fixed, at 0.97-1.03x.
+  :func:`fix_malloc_threshold` fixes it at glibc's initial value before any buffer exists.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import platform
+
+import numpy
+
+#: Seed of the repetitions' call order.
+ORDER_SEED = 20171218
+#: ``mallopt``'s parameter number for the mmap threshold (glibc ``malloc.h``: ``M_MMAP_THRESHOLD``).
+M_MMAP_THRESHOLD = -3
+#: glibc's initial mmap threshold (bytes): blocks from this size up always get their own mmap.
+MMAP_THRESHOLD = 128 * 1024
+
+
+def call_orders(count: int):
+    """Endless permutations of ``range(count)``, one per repetition, the same on every rank."""
+    rng = numpy.random.default_rng(ORDER_SEED)
+    while True:
+        yield rng.permutation(count).tolist()
+
+
+def fix_malloc_threshold() -> dict:
+    """Fix glibc's mmap threshold at :data:`MMAP_THRESHOLD` (which also turns off its dynamic
+    adjustment); returns the setting for the results' record (empty where libc is not glibc or
+    refuses)."""
+    if platform.libc_ver()[0] != "glibc":
+        return {}
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    if libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) != 1:
+        return {}
+    return {"malloc_mmap_threshold": MMAP_THRESHOLD}

@@ -1,0 +1,25 @@
+"""The benchmark's and the calibration's equal conditions (sparsecoll.tools.fair_timing)."""
+
+from __future__ import annotations
+
+import platform
+
+from sparsecoll.tools.fair_timing import MMAP_THRESHOLD, call_orders, fix_malloc_threshold
+
+
+def test_call_orders_are_fresh_permutations_that_every_rank_draws_alike():
+    first, second = call_orders(6), call_orders(6)
+    orders = [next(first) for _ in range(20)]
+    assert orders == [next(second) for _ in range(20)]  # the same sequence in every process
+    assert all(sorted(order) == list(range(6)) for order in orders)
+    assert len({tuple(order) for order in orders}) > 10  # redrawn, not rotated
+    followers = {order[order.index(0) + 1] for order in orders if order.index(0) < 5}
+    assert len(followers) > 2  # variant 0 is not always followed by the same variant
+
+
+def test_the_malloc_threshold_is_fixed_where_libc_is_glibc():
+    setting = fix_malloc_threshold()
+    if platform.libc_ver()[0] == "glibc":
+        assert setting == {"malloc_mmap_threshold": MMAP_THRESHOLD}
+    else:
+        assert setting == {}
