@@ -23,3 +23,14 @@ def test_the_malloc_threshold_is_fixed_where_libc_is_glibc():
         assert setting == {"malloc_mmap_threshold": MMAP_THRESHOLD}
     else:
         assert setting == {}
+
+
+def test_fresh_buffers_are_page_aligned_writable_copies():
+    import numpy
+
+    from sparsecoll.tools.fair_timing import fresh_buffer
+    values = (numpy.arange(5000) % 251).astype(numpy.uint8)
+    buffer = fresh_buffer(values)
+    assert buffer.ctypes.data % 4096 == 0 and buffer.flags.writeable
+    assert numpy.array_equal(buffer, values) and not numpy.shares_memory(buffer, values)
+    assert fresh_buffer(values[:0]).size == 0

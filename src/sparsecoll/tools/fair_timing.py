@@ -12,13 +12,18 @@
   64 KiB persistent alltoall, four identical library requests created one after another,
   300 interleaved repetitions, six runs), the library's own request ran at 0.55-1.71x of an
   identical one created first, on both libraries; with the threshold fixed, at 0.97-1.03x.
-  :func:`fix_malloc_threshold` fixes it at glibc's initial value before any buffer exists.
+  :func:`fix_malloc_threshold` fixes it at glibc's initial value before any buffer exists,
+  and the benchmark gives each of its buffers a fresh anonymous mapping of its own
+  (:func:`fresh_buffer`): page-aligned, and the same kind of memory for every variant
+  whatever its size or the moment it was made (a buffer below the threshold would come
+  from the heap, at a place that depends on what was allocated before).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import platform
 
 import numpy
@@ -48,3 +53,11 @@ def fix_malloc_threshold() -> dict:
     if libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) != 1:
         return {}
     return {"malloc_mmap_threshold": MMAP_THRESHOLD}
+
+
+def fresh_buffer(values: numpy.ndarray) -> numpy.ndarray:
+    """A copy of the uint8 array ``values`` in a fresh anonymous mapping of its own (page-aligned)."""
+    mapping = mmap.mmap(-1, max(values.size, 1))
+    buffer = numpy.frombuffer(mapping, dtype=numpy.uint8)[:values.size]
+    buffer[:] = values
+    return buffer

@@ -48,7 +48,7 @@ from sparsecoll import wrap
 from sparsecoll.algorithms import AUTO, REGISTRY, parse_variant
 from sparsecoll.pattern import family_of
 
-from ..fair_timing import call_orders
+from ..fair_timing import call_orders, fresh_buffer
 from .workloads import Workload
 
 COLLECTIVES = ("allgather", "allgatherv", "alltoall", "alltoallv")
@@ -153,24 +153,10 @@ FORM_OF_MODE = {"persistent": "persistent", "nonpersistent": "blocking", "blocki
                 "nonblocking": "nonblocking"}
 
 
-#: Every benchmark buffer starts on a page boundary: a fresh numpy array's offset within its page
-#: depends on the allocator's history (large ones 16 bytes past a page, small ones anywhere), and
-#: the offset alone moved one library request's 64 KiB alltoall by up to 3.6% at 2 ranks here.
-PAGE = 4096
-
-
-def _page_aligned(values: numpy.ndarray) -> numpy.ndarray:
-    """A copy of the uint8 array ``values`` whose data starts on a page boundary."""
-    raw = numpy.empty(values.size + PAGE, dtype=numpy.uint8)
-    start = -raw.ctypes.data % PAGE
-    aligned = raw[start:start + values.size]
-    aligned[:] = values
-    return aligned
-
-
 def make_buffers(workload: Workload, collective: str, size: int) -> Buffers:
     """Rank-unique payloads laid out for ``collective`` with ``size`` bytes per block/unit, each
-    buffer page-aligned (:data:`PAGE`) so that no column gets a luckier address than another."""
+    buffer in a fresh mapping of its own (:func:`~sparsecoll.tools.fair_timing.fresh_buffer`:
+    page-aligned, the same kind of memory for every column)."""
     topology = workload.comm.topology
     rank = topology.rank
     family = family_of(collective)
@@ -178,8 +164,8 @@ def make_buffers(workload: Workload, collective: str, size: int) -> Buffers:
     recv_items = [i for i in topology.recv_items(family)]
     if collective in ("allgather", "alltoall"):
         nsend = 1 if family == "allgather" else len(send_items)
-        send = _page_aligned((numpy.arange(nsend * size) + 7 * rank).astype(numpy.uint8))
-        recv = _page_aligned(numpy.zeros(len(recv_items) * size, dtype=numpy.uint8))
+        send = fresh_buffer((numpy.arange(nsend * size) + 7 * rank).astype(numpy.uint8))
+        recv = fresh_buffer(numpy.zeros(len(recv_items) * size, dtype=numpy.uint8))
         return Buffers(send, recv, [send, size, MPI.BYTE], [recv, size, MPI.BYTE])
 
     def units(item):
@@ -189,8 +175,8 @@ def make_buffers(workload: Workload, collective: str, size: int) -> Buffers:
     else:
         send_counts = [size * units(i) for i in send_items]
     recv_counts = [size * units(i) if i is not None else 0 for i in recv_items]
-    send = _page_aligned((numpy.arange(max(sum(send_counts), 1)) + 7 * rank).astype(numpy.uint8))
-    recv = _page_aligned(numpy.zeros(max(sum(recv_counts), 1), dtype=numpy.uint8))
+    send = fresh_buffer((numpy.arange(max(sum(send_counts), 1)) + 7 * rank).astype(numpy.uint8))
+    recv = fresh_buffer(numpy.zeros(max(sum(recv_counts), 1), dtype=numpy.uint8))
     recvspec = [recv, (recv_counts, list(numpy.cumsum(recv_counts) - recv_counts)), MPI.BYTE]
     if family == "allgather":
         return Buffers(send, recv, [send, send_counts[0], MPI.BYTE], recvspec)
