@@ -3,8 +3,9 @@
 Every launched rank takes part, as in a neighborhood collective of that many ranks: on a
 1-D periodic grid each rank has ``k`` neighbors (offsets ``+1, -1, +1, -1``: the ring
 neighbors, twice), or one (offset ``+1``). The variants, interleaved repetition by
-repetition in the benchmark's random order and with its fixed ``malloc`` threshold
-(:mod:`sparsecoll.tools.fair_timing`), each after a barrier, each time the maximum over ranks:
+repetition in the benchmark's random order, with its fixed ``malloc`` threshold and fresh buffers
+(:mod:`sparsecoll.tools.fair_timing`), the variants of one block size together as in one row of
+the benchmark, each after a barrier, each time the maximum over ranks:
 
 * the library's ``Neighbor_alltoall`` (blocking, ``Ineighbor`` + ``Wait``, persistent
   ``Start`` + ``Wait``) with one edge at 8 B, with ``k`` edges at 8 B, and one edge at 64 KiB;
@@ -29,7 +30,7 @@ from mpi4py import MPI
 from sparsecoll import cart_neighborhood_create, wrap
 from sparsecoll.model.calibrate import PROFILE_EDGES, PROFILE_LARGE, PROFILE_SMALL, PROFILE_STENCIL, ping_pong
 
-from .fair_timing import call_orders, fix_malloc_threshold
+from .fair_timing import call_orders, fix_malloc_threshold, fresh_buffer
 
 FORMS = ("blocking", "nonblocking", "persistent")
 
@@ -69,8 +70,8 @@ def measure(world, reps: int, progress=print) -> tuple:
     comms = [*rings.values(), grid]
     calls, keep, patterns = {}, [], {}
     for name, form, edges, block in wanted:
-        send = numpy.ones(edges * block, dtype="u1")
-        recv = numpy.zeros(edges * block, dtype="u1")
+        send = fresh_buffer(numpy.ones(edges * block, dtype="u1"))
+        recv = fresh_buffer(numpy.zeros(edges * block, dtype="u1"))
         keep.append((send, recv))
         calls[(name, form, edges, block)] = _caller(wrap(rings[edges], name), form, send, recv)
     edges = len(PROFILE_STENCIL)
@@ -82,8 +83,8 @@ def measure(world, reps: int, progress=print) -> tuple:
             forms = ("blocking", "persistent") if name != "cartesian" else ("blocking",)
             for block in (small, large):
                 for form in forms if block == small else ("blocking",):
-                    send = numpy.ones(blocks * block, dtype="u1")
-                    recv = numpy.zeros(edges * block, dtype="u1")
+                    send = fresh_buffer(numpy.ones(blocks * block, dtype="u1"))
+                    recv = fresh_buffer(numpy.zeros(edges * block, dtype="u1"))
                     keep.append((send, recv))
                     calls[(name, family, form, block)] = _caller(comm, form, send, recv, family)
     # what the RMA executor adds to direct's persistent alltoall, at both sizes (auto's "[rma]" twins)
@@ -93,28 +94,36 @@ def measure(world, reps: int, progress=print) -> tuple:
         for block in (small, large):
             if (name, "alltoall", "persistent", block) in calls:
                 continue
-            send = numpy.ones(edges * block, dtype="u1")
-            recv = numpy.zeros(edges * block, dtype="u1")
+            send = fresh_buffer(numpy.ones(edges * block, dtype="u1"))
+            recv = fresh_buffer(numpy.zeros(edges * block, dtype="u1"))
             keep.append((send, recv))
             calls[(name, "alltoall", "persistent", block)] = _caller(comm, "persistent", send, recv)
-    progress(f"calibrate: {len(calls)} variants x {reps} interleaved repetitions on {size} ranks")
-    keys = list(calls)
-    samples = numpy.zeros((reps, len(keys)))
+    # one interleaved group per block size, as one row of the benchmark: a 64 KiB call between two
+    # 8 B calls leaves the caches to the 8 B call's cost (measured: direct's 8 B stencil alltoall
+    # 0.78x the library's alone, 0.96-1.02x among the 64 KiB variants)
+    groups: dict = {}
+    for key in calls:
+        groups.setdefault(key[-1], []).append(key)
+    progress(f"calibrate: {len(calls)} variants in {len(groups)} groups by block size x {reps} interleaved "
+             f"repetitions on {size} ranks")
     for call in calls.values():  # warm-up
         for _ in range(3):
             call()
-    local = numpy.zeros(len(keys))
-    orders = call_orders(len(keys))
-    for rep in range(reps):
-        for i in next(orders):
-            world.Barrier()
-            start = time.perf_counter()
-            calls[keys[i]]()
-            local[i] = time.perf_counter() - start
-        world.Allreduce(local, samples[rep], op=MPI.MAX)
-        if progress is not None and (rep + 1) % max(reps // 4, 1) == 0:
-            progress(f"calibrate: {rep + 1}/{reps} repetitions")
-    medians = {key: float(numpy.median(samples[:, i])) for i, key in enumerate(keys)}
+    medians = {}
+    for number, (block, keys) in enumerate(sorted(groups.items()), 1):
+        samples = numpy.zeros((reps, len(keys)))
+        local = numpy.zeros(len(keys))
+        orders = call_orders(len(keys))
+        for rep in range(reps):
+            for i in next(orders):
+                world.Barrier()
+                start = time.perf_counter()
+                calls[keys[i]]()
+                local[i] = time.perf_counter() - start
+            world.Allreduce(local, samples[rep], op=MPI.MAX)
+            if progress is not None and (rep + 1) % max(reps // 2, 1) == 0:
+                progress(f"calibrate: {block} B group ({number}/{len(groups)}): {rep + 1}/{reps} repetitions")
+        medians.update({key: float(numpy.median(samples[:, i])) for i, key in enumerate(keys)})
     times = {key: value for key, value in medians.items() if key[1] not in ("alltoall", "allgather")}
     stencil = {key: (value, patterns[(key[0], key[1])]) for key, value in medians.items()
                if key[1] in ("alltoall", "allgather")}
@@ -130,7 +139,7 @@ def measure(world, reps: int, progress=print) -> tuple:
 
 def copy_seconds_per_byte(nbytes: int = 1 << 22, reps: int = 20) -> float:
     """Local copy time per byte (``numpy.copyto`` of ``nbytes``, median of ``reps``)."""
-    source = numpy.ones(nbytes, dtype="u1")
+    source = fresh_buffer(numpy.ones(nbytes, dtype="u1"))
     target = numpy.empty_like(source)
     samples = []
     for _ in range(reps):
