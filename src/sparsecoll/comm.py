@@ -329,7 +329,9 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         Kept in the wrapper's ``_sc_calls`` as a shortcut; the runtime decides what it is from
         the wrapper's Plan and agreed numbers alone, so a shortcut hit or miss changes nothing.
         Forms that ``auto`` sends to the library for every call get the library's method as
-        an attribute of this wrapper, so their calls run no sparsecoll code at all.
+        an attribute of this wrapper, so their calls run no sparsecoll code at all; the other
+        blocking and nonblocking forms get the dispatch's settled method (a call whose size class
+        is read without a parse and whose choice is final runs it at once).
         """
         calls = self.__dict__.get("_sc_calls")
         if calls is None:
@@ -352,10 +354,15 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
             if hasattr(MPI.Topocomm, name):
                 self.__dict__[name] = library[form] if exact else getattr(super(), name)
         for form in ("blocking", "nonblocking"):
-            if form not in library_only and call.library_below.get(form):
-                name = METHOD_NAMES[collective][form]
-                self.__dict__[name] = _library_shortcut(call.library_below, form, library[form],
-                                                        getattr(type(self), name).__get__(self))
+            if form in library_only:
+                continue
+            name = METHOD_NAMES[collective][form]
+            method = getattr(type(self), name).__get__(self)
+            if call.library_below.get(form):
+                method = _library_shortcut(call.library_below, form, library[form], method)
+            settled = None if exact else call.settled_method(form, method)
+            if settled is not None or call.library_below.get(form):
+                self.__dict__[name] = settled or method
         return call
 
     def _sc_check_library_calls(self) -> None:

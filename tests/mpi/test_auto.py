@@ -250,6 +250,43 @@ def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
         assert_same_on_every_rank(comm.plan_stats("alltoall", block_bytes=1024)["algorithm"])
 
 
+def test_settled_large_calls_go_to_the_library_without_a_parse(monkeypatch):
+    """A table that says direct below 1 KiB blocks and native above: once a size class has run,
+    its calls run their final choice straight from the wrapper (no parse for a native one); ranks
+    pass plain arrays (rank 0) or buffer specs (the others), and the data matches the library."""
+    from sparsecoll.model import choice
+
+    def direct_then_native(seconds, native_allowed=True):
+        limit = choice.size_class(1024)
+        return [["direct" if c < limit else choice.NATIVE for c in range(choice.CLASSES)] for _ in range(3)]
+
+    monkeypatch.setattr(choice, "decide", direct_then_native)
+    with random_graph(5, 0.7) as raw:
+        indegree, outdegree, _ = raw.Get_dist_neighbors_count()
+        comm = sparsecoll.wrap(raw)
+        seen = set()
+        for nbytes in (8, 4096, 8, 4096, 65536, 4096, 65536, 16):
+            for form in ("blocking", "nonblocking"):
+                send = (numpy.arange(outdegree * nbytes, dtype="u1") + RANK).astype("u1")
+                got = numpy.zeros(indegree * nbytes, dtype="u1")
+                parsed = comm.runtime.cache_sizes()["parsed"] if comm.runtime is not None else 0
+                spec = got if RANK == 0 and indegree else [got, nbytes, MPI.BYTE]
+                if form == "blocking":
+                    comm.Neighbor_alltoall([send, nbytes, MPI.BYTE], spec)
+                else:
+                    comm.Ineighbor_alltoall([send, nbytes, MPI.BYTE], spec).Wait()
+                expected = numpy.zeros_like(got)
+                raw.Neighbor_alltoall([send, nbytes, MPI.BYTE], [expected, nbytes, MPI.BYTE])
+                assert numpy.array_equal(got, expected), (nbytes, form)
+                key = (choice.size_class(nbytes), form)
+                if nbytes >= 1024 and key in seen and indegree:
+                    assert comm.runtime.cache_sizes()["parsed"] == parsed, (nbytes, form)
+                seen.add(key)
+        assert comm.plan_stats("alltoall", block_bytes=8)["algorithm"] == "direct"
+        assert comm.plan_stats("alltoall", block_bytes=4096)["algorithm"] == choice.NATIVE
+        assert_same_on_every_rank(comm.plan_stats("alltoall", block_bytes=65536)["algorithm"])
+
+
 def test_static_buffers_let_auto_run_persistent_requests_on_the_rma_executor():
     """cdag_static_buffers with a profile under which RMA is cheaper per message: persistent requests
     run a schedule on the RMA executor (bit for bit the library's data), blocking and nonblocking

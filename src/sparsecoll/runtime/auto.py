@@ -68,6 +68,27 @@ LAST_CLASS = model.CLASSES - 1
 UNKNOWN = -1  # a rank that cannot tell the block size of a regular call (no edge in the alltoall family)
 
 
+def quick_size_class(recvbuf, indegree: int) -> int:
+    """The size class of a regular call with ``indegree`` receive blocks read without a parse, or -1.
+
+    A plain C-contiguous numpy receive array is split evenly over the in-edges (mpi4py's rule for
+    a buffer without a count), so its block is ``nbytes // indegree``; a ``[buffer, count,
+    datatype]`` spec has blocks of ``count`` x ``datatype``. Anything else (other specs, an uneven
+    split, which the parse rejects, no in-edges) gives -1: the caller parses. (The runtime parses
+    the call once more to run it, and a second parse per call cost 1-3 us here.) A spec whose
+    buffer is too small for its count fails in whichever call runs it."""
+    if indegree:
+        kind = type(recvbuf)
+        if kind is numpy.ndarray:
+            nbytes = recvbuf.nbytes
+            if not nbytes % indegree and recvbuf.flags.c_contiguous:
+                return min((nbytes // indegree).bit_length(), LAST_CLASS)  # model.size_class, inlined
+        elif ((kind is list or kind is tuple) and len(recvbuf) == 3 and type(recvbuf[1]) is int
+              and type(recvbuf[2]) is MPI.Datatype):
+            return min((recvbuf[1] * recvbuf[2].Get_size()).bit_length(), LAST_CLASS)
+    return -1
+
+
 class FamilyModel:
     """The predictions of one auto plan for one family on one handle (shared by its collectives)."""
 
@@ -118,6 +139,7 @@ class AutoDispatch:
         #: form -> receive-array bytes under which a call goes to the library (see :meth:`_library_limit`);
         #: updated whenever the tables are decided again, so the wrapper's shortcut reads it per call.
         self.library_below: dict = {}
+        self._settled = {form: [None] * model.CLASSES for form in ("blocking", "nonblocking")}
         #: receive blocks of a regular call (0 for the v/w forms: :meth:`_size_class` parses them)
         self._in_blocks = runtime.topology.indegree if collective in REGULAR else 0
         self._agree(local_class)
@@ -160,7 +182,8 @@ class AutoDispatch:
         #: form -> per size class, what a call runs once its choice is final (the library's method or
         #: the chosen algorithm's runtime call), filled by :meth:`_runner`; local work only: emptied
         #: here, whenever the tables change
-        self._settled = {form: [None] * model.CLASSES for form in ("blocking", "nonblocking")}
+        for form in ("blocking", "nonblocking"):  # the lists stay the same objects (settled_method reads them)
+            self._settled[form][:] = [None] * model.CLASSES
         self._uniform_runs: dict = {}  # form -> its runner, for a form in ``_uniform`` (no size class needed)
 
     def _library_limit(self, row) -> int:
@@ -242,29 +265,33 @@ class AutoDispatch:
 
     # -- calls -------------------------------------------------------------------------
     def _size_class(self, sendbuf, recvbuf) -> int:
-        """The call's size class: the pinned one, else its block's (:func:`block_bytes`).
-
-        A plain C-contiguous numpy receive array of a regular collective is split evenly over the
-        in-edges (mpi4py's rule for a buffer without a count), so its block is ``nbytes // indegree``,
-        and a ``[buffer, count, datatype]`` spec has blocks of ``count`` x ``datatype``: both
-        without a parse (the runtime parses the call once more to run it, and a second parse
-        per call cost 1-3 us here). Anything else (other specs, an uneven split, which the
-        parse rejects) is parsed; a spec whose buffer is too small for its count fails in
-        whichever call runs it."""
+        """The call's size class: the pinned one, else its block's (:func:`quick_size_class`, or
+        :func:`block_bytes` from a parse where that cannot tell)."""
         pinned = self.pinned
         if pinned is not None:
             return pinned
-        indegree = self._in_blocks
-        if indegree:
-            kind = type(recvbuf)
-            if kind is numpy.ndarray:
-                nbytes = recvbuf.nbytes
-                if not nbytes % indegree and recvbuf.flags.c_contiguous:
-                    return min((nbytes // indegree).bit_length(), LAST_CLASS)  # model.size_class, inlined
-            elif ((kind is list or kind is tuple) and len(recvbuf) == 3 and type(recvbuf[1]) is int
-                  and type(recvbuf[2]) is MPI.Datatype):  # [array, count, datatype]: blocks of count x datatype
-                return min((recvbuf[1] * recvbuf[2].Get_size()).bit_length(), LAST_CLASS)
+        size_class = quick_size_class(recvbuf, self._in_blocks)
+        if size_class >= 0:
+            return size_class
         return model.size_class(block_bytes(self._comm_runtime, self.collective, sendbuf, recvbuf))
+
+    def settled_method(self, form: str, method):
+        """``method`` (the wrapper's ``form`` method for this collective) with every call whose size
+        class :func:`quick_size_class` reads and whose choice is final running that choice at once
+        (the library's method or the algorithm's runtime call, from ``_settled``), without the
+        wrapper's and this dispatch's frames; None where no call can take that path (a pinned or
+        irregular collective, the online check, no in-edges). Local work only: the runner is the
+        one :meth:`blocking` / :meth:`nonblocking` would run."""
+        if self.pinned is not None or not self._in_blocks or self._plan.verify_choice:
+            return None
+        indegree, settled = self._in_blocks, self._settled
+
+        def call(sendbuf, recvbuf):
+            size_class = quick_size_class(recvbuf, indegree)
+            run = settled[form][size_class] if size_class >= 0 else None
+            return run(sendbuf, recvbuf) if run is not None else method(sendbuf, recvbuf)
+        call.__name__, call.__doc__ = method.__name__, method.__doc__
+        return call
 
     def _call_plan(self, name: str):
         call = self._calls.get(name)
