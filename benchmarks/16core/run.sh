@@ -48,7 +48,7 @@ done; fi
 if wanted calibrate; then for lib in mpich ompi; do   # profiles for auto: 2, 8 and 16 ranks
     rm -f "$(profile_of $lib)"
     for np in 2 8 16; do
-        step "$(name_of $lib)-calibrate-np$np" 60 /tmp/v-$lib/bin/sparsecoll calibrate --np $np --reps 400 --out "$(profile_of $lib)"
+        step "$(name_of $lib)-calibrate-np$np" 60 /tmp/v-$lib/bin/sparsecoll calibrate --np $np --out "$(profile_of $lib)"
     done
 done; fi
 if wanted callpath; then for lib in mpich ompi; do   # the call path at 2 ranks: native, direct, auto

@@ -9,8 +9,8 @@ HERE=$(dirname "$0")
 PROFILE="$HERE/profiles/$NAME.json"
 mkdir -p "$HERE/profiles" "$HERE/results-$NAME/native-auto"
 rm -f "$PROFILE"
-"$VENV/bin/sparsecoll" calibrate --np 2 --reps 400 --out "$PROFILE" | tee "$HERE/results-$NAME/calibrate-np2.txt"
-"$VENV/bin/sparsecoll" calibrate --np 8 --reps 400 --out "$PROFILE" | tee "$HERE/results-$NAME/calibrate-np8.txt"
+"$VENV/bin/sparsecoll" calibrate --np 2 --out "$PROFILE" | tee "$HERE/results-$NAME/calibrate-np2.txt"
+"$VENV/bin/sparsecoll" calibrate --np 8 --out "$PROFILE" | tee "$HERE/results-$NAME/calibrate-np8.txt"
 SPARSECOLL_PROFILE="$PROFILE" "$VENV/bin/sparsecoll" bench --np 8 --sizes 8,256,4096,65536 \
     --mode blocking,persistent --reps ${REPS:-150} --out "$HERE/results-$NAME" | tee "$HERE/results-$NAME/bench.txt"
 # auto and native alone: no other algorithm's requests or progress thread between them
