@@ -12,7 +12,8 @@ give the dot products.
 
 The same solve runs with the MPI library's own ``Neighbor_alltoallv`` (``native``) and
 with sparsecoll's (``sparsecoll.wrap(graph)``, algorithm ``auto``, or any algorithm named
-by ``--algorithm``), interleaved, ``--repeat`` times each after one warm-up solve. Rank 0
+by ``--algorithm``), interleaved (the order rotating every solve), ``--repeat`` times each after one
+warm-up solve. Rank 0
 gathers every solution and checks it against scipy on the whole matrix: the true residual
 must be below ``10 * tol`` and the error no larger than that of ``scipy.sparse.linalg.cg``
 run with the same preconditioner and tolerance (times 10, or 1e-12); otherwise the exit
@@ -274,7 +275,8 @@ def main(argv=None) -> int:
 
     results = {algorithm: [] for algorithm in algorithms}
     for repetition in range(args.repeat + 1):  # repetition 0 warms up (builds the patterns); not timed
-        for algorithm in algorithms:  # interleaved, so load on a shared machine hits all variants alike
+        turn = repetition % len(algorithms)  # interleaved, each in every position in turn, so that load on
+        for algorithm in algorithms[turn:] + algorithms[:turn]:  # a shared machine hits all variants alike
             solve = conjugate_gradient(dist, comms[algorithm], b, args.tol, args.iterations, args.persistent)
             if repetition > 0:
                 results[algorithm].append(solve)

@@ -17,7 +17,7 @@ for flavor in mpich openmpi; do
     for matrix in bcsstk13 bcsstk21 1138_bus; do
         for mode in blocking persistent; do
             flag=""; [ "$mode" = persistent ] && flag="--persistent"
-            command="timeout 600 $launch examples/cg.py --matrix $MATRICES/$matrix.mtx $flag"
+            command="timeout 600 $launch examples/cg.py --repeat ${REPEAT:-11} --matrix $MATRICES/$matrix.mtx $flag"
             file="$OUT/$flavor-$matrix-$mode.txt"
             { echo "\$ $command"; date -u +"# %Y-%m-%dT%H:%M:%SZ, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
               $command 2>&1; echo "# exit status $?"; } > "$file"

@@ -89,6 +89,16 @@ class GlobalCollectivesMixin:
         if hierarchy is not None:
             hierarchy.free()
 
+    def _sc_bind_library_globals(self) -> None:
+        """Where this wrapper keeps the library's global collectives, give the instance the
+        library's own methods for them, so that their calls run no sparsecoll code (the mixin's
+        method costs 0.5 us more per ``Allreduce`` at 2 ranks, 4 us at 8 ranks on 2 cores).
+        Local, made once the choice is final (at :func:`wrap` and when a copy is adopted)."""
+        if self._sc_global_native:
+            library = super()
+            for name in GLOBAL_COLLECTIVES:
+                self.__dict__[name] = getattr(library, name)
+
     def _sc_global(self, name: str, run, *args):
         """Run the global collective ``name`` through ``run(hierarchy)`` (False: the library must run
         it), else the library's method with ``args``; records what ran for :meth:`plan_stats`."""
@@ -394,6 +404,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         new.__dict__.update(_sc_plan=plan, _sc_topology=self.topology,
                             _sc_hierarchy_options=self._sc_hierarchy_options,
                             _sc_global_native=self._sc_global_native)  # (the reason is the class's)
+        new._sc_bind_library_globals()
         if plan.native and plan.persistence.exact_bytes:
             new._sc_check_library_calls()
         if attach:
@@ -854,6 +865,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     wrapped = wrapper_class(comm)
     wrapped.__dict__.update(_sc_plan=plan, _sc_runtime=runtime, _sc_hierarchy_options=hierarchy_options,
                             _sc_global_native=global_collectives == "library")
+    wrapped._sc_bind_library_globals()
     if persistence.strict:
         runtime.prepare_strict(plan)
     if plan.native and persistence.exact_bytes:
@@ -891,4 +903,5 @@ def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarch
         # the same on every rank (the node map is allgathered): nothing for the hierarchy to save;
         # the node structure stays for hierarchy_stats (its windows are made on first use: never)
         wrapped.__dict__.update(_sc_global_native=True, _sc_global_reason=ONE_NODE)
+    wrapped._sc_bind_library_globals()
     return wrapped

@@ -455,6 +455,7 @@ def test_auto_keeps_the_library_on_one_node_unless_asked():
             assert bare.hierarchy_stats()["calls"] == 0 and "one node" in bare.hierarchy_stats()["library"]
             copy = bare.Dup()
             assert copy.plan_stats("Bcast")["algorithm"] == "library"
+            assert copy.Bcast.__func__ is MPI.Intracomm.Bcast and bare.Allreduce.__func__ is MPI.Intracomm.Allreduce
             copy.Free()
         else:
             assert stats["algorithm"] == "universal hierarchical"
@@ -479,6 +480,14 @@ def test_topology_communicator_keeps_the_librarys_global_collectives_by_default(
     data = numpy.full(2, RANK, dtype=numpy.int64)
     wrapped.Allreduce(MPI.IN_PLACE, data)
     assert data.tolist() == [SIZE * (SIZE - 1) // 2] * 2
+    # the library's own methods, with no sparsecoll frame on their path (here and in a copy)
+    copy = wrapped.Dup()
+    for comm in (wrapped, copy):
+        for name in ("Allreduce", "Bcast", "allreduce", "Reduce_scatter"):
+            assert getattr(comm, name).__func__ is getattr(MPI.Intracomm, name), name
+    copy.Free()
+    hierarchical = sparsecoll.wrap(ring, "direct", global_collectives="hierarchical")
+    assert hierarchical.Allreduce.__func__ is not MPI.Intracomm.Allreduce  # (the same handle: freed below)
     with pytest.raises(RuntimeError, match="global_collectives='hierarchical'"):
         wrapped.hierarchy_stats()
     with pytest.raises(ValueError, match="global_collectives"):
