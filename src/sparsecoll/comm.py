@@ -368,11 +368,11 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
                 continue
             name = METHOD_NAMES[collective][form]
             method = getattr(type(self), name).__get__(self)
-            if call.library_below.get(form):
-                method = _library_shortcut(call.library_below, form, library[form], method)
             settled = None if exact else call.settled_method(form, method)
-            if settled is not None or call.library_below.get(form):
-                self.__dict__[name] = settled or method
+            if call.library_below.get(form):  # outermost: one comparison sends a small call to the library
+                self.__dict__[name] = _library_shortcut(call.library_below, form, library[form], settled or method)
+            elif settled is not None:
+                self.__dict__[name] = settled
         return call
 
     def _sc_check_library_calls(self) -> None:

@@ -261,7 +261,10 @@ def test_settled_large_calls_go_to_the_library_without_a_parse(monkeypatch):
         return [["direct" if c < limit else choice.NATIVE for c in range(choice.CLASSES)] for _ in range(3)]
 
     monkeypatch.setattr(choice, "decide", direct_then_native)
-    with random_graph(5, 0.7) as raw:
+    # every rank has in-edges (else the collective is pinned to one class, see the auto module)
+    raw = WORLD.Create_dist_graph_adjacent([(RANK - 1) % SIZE, (RANK - 2) % SIZE],
+                                           [(RANK + 1) % SIZE, (RANK + 2) % SIZE], reorder=False)
+    try:
         indegree, outdegree, _ = raw.Get_dist_neighbors_count()
         comm = sparsecoll.wrap(raw)
         seen = set()
@@ -285,6 +288,8 @@ def test_settled_large_calls_go_to_the_library_without_a_parse(monkeypatch):
         assert comm.plan_stats("alltoall", block_bytes=8)["algorithm"] == "direct"
         assert comm.plan_stats("alltoall", block_bytes=4096)["algorithm"] == choice.NATIVE
         assert_same_on_every_rank(comm.plan_stats("alltoall", block_bytes=65536)["algorithm"])
+    finally:
+        raw.Free()
 
 
 def test_static_buffers_let_auto_run_persistent_requests_on_the_rma_executor():
