@@ -86,6 +86,18 @@ def exchange(comm, raw, collective: str, nbytes: int, form: str = "blocking"):
     return received, reference
 
 
+def assert_alltoall_matches_library(comm, raw, form: str, send, got, spec, nbytes: int) -> bool:
+    """One ``form`` alltoall through ``comm`` into ``got`` (passed as ``spec``); True if it equals the
+    library's on ``raw``."""
+    if form == "blocking":
+        comm.Neighbor_alltoall([send, nbytes, MPI.BYTE], spec)
+    else:
+        comm.Ineighbor_alltoall([send, nbytes, MPI.BYTE], spec).Wait()
+    expected = numpy.zeros_like(got)
+    raw.Neighbor_alltoall([send, nbytes, MPI.BYTE], [expected, nbytes, MPI.BYTE])
+    return numpy.array_equal(got, expected)
+
+
 @settings(max_examples=12, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 10_000), density=st.sampled_from([0.2, 0.5, 0.9]),
@@ -234,13 +246,7 @@ def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
                 bound, parsed = comm.schedules_bound, comm.runtime.cache_sizes()["parsed"]
                 # a plain array or a buffer spec (explicit counts without in-edges: ompi#14452, see exchange)
                 spec = got if nbytes % 2 and indegree else [got, nbytes, MPI.BYTE]
-                if form == "blocking":
-                    comm.Neighbor_alltoall([send, nbytes, MPI.BYTE], spec)
-                else:
-                    comm.Ineighbor_alltoall([send, nbytes, MPI.BYTE], spec).Wait()
-                expected = numpy.zeros_like(got)
-                raw.Neighbor_alltoall([send, nbytes, MPI.BYTE], [expected, nbytes, MPI.BYTE])
-                assert numpy.array_equal(got, expected), key
+                assert_alltoall_matches_library(comm, raw, form, send, got, spec, nbytes), key
                 if indegree and nbytes < 1024 and not first:  # the first call parses: it decides
                     assert comm.schedules_bound == bound and comm.runtime.cache_sizes()["parsed"] == parsed, key
                 elif nbytes >= 1024:
@@ -274,13 +280,7 @@ def test_settled_large_calls_go_to_the_library_without_a_parse(monkeypatch):
                 got = numpy.zeros(indegree * nbytes, dtype="u1")
                 parsed = comm.runtime.cache_sizes()["parsed"] if comm.runtime is not None else 0
                 spec = got if RANK == 0 and indegree else [got, nbytes, MPI.BYTE]
-                if form == "blocking":
-                    comm.Neighbor_alltoall([send, nbytes, MPI.BYTE], spec)
-                else:
-                    comm.Ineighbor_alltoall([send, nbytes, MPI.BYTE], spec).Wait()
-                expected = numpy.zeros_like(got)
-                raw.Neighbor_alltoall([send, nbytes, MPI.BYTE], [expected, nbytes, MPI.BYTE])
-                assert numpy.array_equal(got, expected), (nbytes, form)
+                assert_alltoall_matches_library(comm, raw, form, send, got, spec, nbytes), (nbytes, form)
                 key = (choice.size_class(nbytes), form)
                 if nbytes >= 1024 and key in seen and indegree:
                     assert comm.runtime.cache_sizes()["parsed"] == parsed, (nbytes, form)
