@@ -34,3 +34,12 @@ def test_fresh_buffers_are_page_aligned_writable_copies():
     assert buffer.ctypes.data % 4096 == 0 and buffer.flags.writeable
     assert numpy.array_equal(buffer, values) and not numpy.shares_memory(buffer, values)
     assert fresh_buffer(values[:0]).size == 0
+
+
+def test_creation_order_is_a_permutation_drawn_from_the_row():
+    from sparsecoll.tools.fair_timing import creation_order
+    first = creation_order(10, "stencil", "alltoall", 8)
+    assert sorted(first) == list(range(10))
+    assert first == creation_order(10, "stencil", "alltoall", 8)  # every rank draws the same
+    rows = {tuple(creation_order(10, "stencil", "alltoall", size)) for size in (8, 256, 4096, 65536)}
+    assert len(rows) > 1  # and rows differ

@@ -48,7 +48,7 @@ from sparsecoll import wrap
 from sparsecoll.algorithms import AUTO, REGISTRY, parse_variant
 from sparsecoll.pattern import family_of
 
-from ..fair_timing import call_orders, fresh_buffer
+from ..fair_timing import call_orders, creation_order, fresh_buffer
 from .workloads import Workload
 
 COLLECTIVES = ("allgather", "allgatherv", "alltoall", "alltoallv")
@@ -349,12 +349,14 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
     phase1_cache = {} if phase1_cache is None else phase1_cache
     setup = {v.label: _set_up(world, workload, collective, size, v, phase_reps, phase1_cache)
              for v in columns if v.algorithm != AUTO}
-    calls = {}
-    for mode in modes:
-        for v in columns:
-            comm = v.wrap(workload.comm, rebind=(mode == "nonpersistent" and v.algorithm != "native"))
-            world.Barrier()
-            calls[(v.label, mode)] = Call(comm, collective, make_buffers(workload, collective, size), mode)
+    made = {}
+    wanted = [(mode, v) for mode in modes for v in columns]
+    for position in creation_order(len(wanted), workload.name, collective, size):  # no column always first
+        mode, v = wanted[position]
+        comm = v.wrap(workload.comm, rebind=(mode == "nonpersistent" and v.algorithm != "native"))
+        world.Barrier()
+        made[(v.label, mode)] = Call(comm, collective, make_buffers(workload, collective, size), mode)
+    calls = {(v.label, mode): made[(v.label, mode)] for mode, v in wanted}
     first = {variant: _max_over_ranks(world, call.first_seconds) for variant, call in calls.items()}
     for _ in range(warmup):
         for call in calls.values():
