@@ -85,23 +85,16 @@ def ping_pong(comm, sizes, reps: int, pairs: str = "one") -> list:
     partner, starts = _partner(rank, size, pairs)
     times = []
     for nbytes in sizes:
-        buf = numpy.zeros(max(nbytes, 1), dtype="u1")
-        view = [buf, nbytes, MPI.BYTE]
-        samples = numpy.zeros(reps)
-        for rep in range(reps + WARMUP):
-            comm.Barrier()
-            t0 = time.perf_counter()
+        view = [numpy.zeros(max(nbytes, 1), dtype="u1"), nbytes, MPI.BYTE]
+
+        def round_trip(view=view):
             if partner is not None and starts:
                 comm.Send(view, partner, 7)
                 comm.Recv(view, partner, 7)
             elif partner is not None:
                 comm.Recv(view, partner, 7)
                 comm.Send(view, partner, 7)
-            if rep >= WARMUP and partner is not None:
-                samples[rep - WARMUP] = (time.perf_counter() - t0) / 2
-        worst = numpy.empty_like(samples)
-        comm.Allreduce(samples, worst, op=MPI.MAX)  # idle ranks contribute 0
-        times.append(float(numpy.median(worst)))
+        times.append(_timed_samples(comm, reps, round_trip) / 2)  # idle ranks' near-0 never the maximum
     return times
 
 
@@ -165,21 +158,23 @@ def round_trip_chain(comm, nbytes: int, reps: int, chain: int = CHAIN) -> float:
     rank, size = comm.Get_rank(), comm.Get_size()
     partner, starts = _partner(rank, size, "all")
     buf = numpy.zeros(max(nbytes, 1), dtype="u1")
-    if partner is None:
-        return _timed_samples(comm, reps, lambda: None) / (2 * chain)
-    send = comm.Send_init([buf, nbytes, MPI.BYTE], partner, 9)
-    recv = comm.Recv_init([buf, nbytes, MPI.BYTE], partner, 9)
-    first, second = (send, recv) if starts else (recv, send)
+    requests = []
+    if partner is not None:  # an odd last rank idles
+        requests = [comm.Send_init([buf, nbytes, MPI.BYTE], partner, 9),
+                    comm.Recv_init([buf, nbytes, MPI.BYTE], partner, 9)]
 
     def round_trips():
+        if not requests:
+            return
+        first, second = requests if starts else requests[::-1]
         for _ in range(chain):
             first.Start()
             first.Wait()
             second.Start()
             second.Wait()
     half = _timed_samples(comm, reps, round_trips) / (2 * chain)
-    send.Free()
-    recv.Free()
+    for request in requests:
+        request.Free()
     return half
 
 

@@ -284,11 +284,11 @@ class AutoDispatch:
         one :meth:`blocking` / :meth:`nonblocking` would run."""
         if self.pinned is not None or not self._in_blocks or self._plan.verify_choice:
             return None
-        indegree, settled = self._in_blocks, self._settled
+        indegree, runs = self._in_blocks, self._settled[form]  # the same list for the dispatch's life
 
         def call(sendbuf, recvbuf):
             size_class = quick_size_class(recvbuf, indegree)
-            run = settled[form][size_class] if size_class >= 0 else None
+            run = runs[size_class] if size_class >= 0 else None
             return run(sendbuf, recvbuf) if run is not None else method(sendbuf, recvbuf)
         call.__name__, call.__doc__ = method.__name__, method.__doc__
         return call
