@@ -6,12 +6,18 @@
 # Python 3.12 packages (numpy, scipy, rich, matplotlib), and runs sparsecoll from src/.
 # usage: sh benchmarks/16core/run.sh BUDGET_SECONDS [GROUP...]   (matrices in .devdata/)
 # groups, in this order by default: hello calibrate callpath auto dag cg rma sc12 rtr hier
+# settings: CALIBRATE_NPS (2 8 16), AUTO_NPS (8 16), AUTO_REPS (150), CG_NP (16), CG_REPEAT (3)
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 BUDGET=${1:-500}
 [ $# -gt 0 ] && shift
 WANTED=${*:-hello calibrate callpath auto dag cg rma sc12 rtr hier}
+CALIBRATE_NPS=${CALIBRATE_NPS:-2 8 16}
+AUTO_NPS=${AUTO_NPS:-8 16}
+AUTO_REPS=${AUTO_REPS:-150}
+CG_NP=${CG_NP:-16}
+CG_REPEAT=${CG_REPEAT:-3}
 wanted() { case " $WANTED " in *" $1 "*) return 0;; esac; return 1; }
 RES=benchmarks/16core
 WHL=${WHL:-.whl}
@@ -47,8 +53,8 @@ if wanted hello; then for lib in mpich ompi; do
 done; fi
 if wanted calibrate; then for lib in mpich ompi; do   # profiles for auto: 2, 8 and 16 ranks
     rm -f "$(profile_of $lib)"
-    for np in 2 8 16; do
-        step "$(name_of $lib)-calibrate-np$np" 60 /tmp/v-$lib/bin/sparsecoll calibrate --np $np --out "$(profile_of $lib)"
+    for np in $CALIBRATE_NPS; do
+        step "$(name_of $lib)-calibrate-np$np" 90 /tmp/v-$lib/bin/sparsecoll calibrate --np $np --out "$(profile_of $lib)"
     done
 done; fi
 if wanted callpath; then for lib in mpich ompi; do   # the call path at 2 ranks: native, direct, auto
@@ -57,10 +63,13 @@ if wanted callpath; then for lib in mpich ompi; do   # the call path at 2 ranks:
             benchmarks/executor-overhead/executor_overhead.py --reps 4000 --edges 8 --bytes $bytes --names native,direct,auto
     done
 done; fi
-if wanted auto; then for np in 8 16; do   # auto against native and every algorithm: default suite + 64 KiB
+if wanted auto; then for np in $AUTO_NPS; do   # auto against native and every algorithm: default suite + 64 KiB
     for lib in mpich ompi; do N=$(name_of $lib)
-        step "$N-auto-np$np" 120 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/sparsecoll bench --np $np --sizes 8,256,4096,65536 \
-            --mode blocking,persistent --reps 150 --out "$RES/auto-$N-np$np"
+        step "$N-auto-np$np" 150 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/sparsecoll bench --np $np --sizes 8,256,4096,65536 \
+            --mode blocking,persistent --reps $AUTO_REPS --out "$RES/auto-$N-np$np"
+        # auto and native alone: no other algorithm's requests between them
+        step "$N-auto-np$np-native-auto" 90 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/sparsecoll bench --np $np --sizes 8,256,4096,65536 \
+            --algorithms native,auto --mode blocking,persistent --reps $AUTO_REPS --out "$RES/auto-$N-np$np/native-auto"
     done
 done; fi
 if wanted dag; then for np in 8 16; do   # SC12: DAG against steps
@@ -70,11 +79,11 @@ if wanted dag; then for np in 8 16; do   # SC12: DAG against steps
             --algorithms native,common_neighbor,distance_halving,cartesian,loggp_tree --out "$RES/dag-$N-np$np"
     done
 done; fi
-if wanted cg; then for lib in mpich ompi; do   # CG, 16 ranks, three matrices, METIS partition
+if wanted cg; then for lib in mpich ompi; do   # CG, three matrices, METIS partition
     for m in bcsstk13 bcsstk21 1138_bus; do
         for flag in "" --persistent; do
-            step "$(name_of $lib)-cg-np16-$m${flag:+-persistent}" 40 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/mpiexec -n 16 \
-                /tmp/v-$lib/bin/python examples/cg.py --matrix .devdata/$m.mtx --repeat 3 $flag
+            step "$(name_of $lib)-cg-np$CG_NP-$m${flag:+-persistent}" 40 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/mpiexec -n $CG_NP \
+                /tmp/v-$lib/bin/python examples/cg.py --matrix .devdata/$m.mtx --repeat $CG_REPEAT $flag
         done
     done
 done; fi
