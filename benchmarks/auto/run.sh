@@ -17,4 +17,5 @@ SPARSECOLL_PROFILE="$PROFILE" "$VENV/bin/sparsecoll" bench --np 8 --sizes 8,256,
 SPARSECOLL_PROFILE="$PROFILE" "$VENV/bin/sparsecoll" bench --np 8 --sizes 8,256,4096,65536 --algorithms native,auto \
     --mode blocking,persistent --reps ${REPS:-150} --out "$HERE/results-$NAME/native-auto" \
     | tee "$HERE/results-$NAME/native-auto/bench.txt"
-rm -f "$HERE/results-$NAME/native-auto/"*.png  # the table and results are what this run is for
+# the table and results.csv are what this run is for (results.json holds every sample: 9 MB)
+rm -f "$HERE/results-$NAME/native-auto/"*.png "$HERE/results-$NAME/results.json" "$HERE/results-$NAME/native-auto/results.json"
