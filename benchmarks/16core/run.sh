@@ -6,7 +6,7 @@
 # Python 3.12 packages (numpy, scipy, rich, matplotlib), and runs sparsecoll from src/.
 # usage: sh benchmarks/16core/run.sh BUDGET_SECONDS [GROUP...]   (matrices in .devdata/)
 # groups, in this order by default: hello calibrate callpath auto dag cg rma sc12 rtr hier
-# settings: CALIBRATE_NPS (2 8 16), AUTO_NPS (8 16), AUTO_REPS (150), CG_NP (16), CG_REPEAT (3)
+# settings: CALIBRATE_NPS (2 8 16), KEEP_PROFILES, AUTO_NPS (8 16), AUTO_REPS (150), CG_NP (16), CG_REPEAT (3)
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
@@ -52,7 +52,7 @@ if wanted hello; then for lib in mpich ompi; do
     step "$(name_of $lib)-hello" 60 /tmp/v-$lib/bin/sparsecoll demo --np 16
 done; fi
 if wanted calibrate; then for lib in mpich ompi; do   # profiles for auto: 2, 8 and 16 ranks
-    rm -f "$(profile_of $lib)"
+    [ -n "${KEEP_PROFILES:-}" ] || rm -f "$(profile_of $lib)"   # KEEP_PROFILES=1: add these loads
     for np in $CALIBRATE_NPS; do
         step "$(name_of $lib)-calibrate-np$np" 90 /tmp/v-$lib/bin/sparsecoll calibrate --np $np --out "$(profile_of $lib)"
     done
