@@ -323,3 +323,100 @@ def test_static_buffers_let_auto_run_persistent_requests_on_the_rma_executor():
             assert stats["executor"].startswith("rma") and not stats["algorithm"].endswith("[rma]")
     finally:
         raw.Free()
+
+
+@contextlib.contextmanager
+def two_ring():
+    """Every rank sends to the next two and receives from the previous two (each has in-edges)."""
+    raw = WORLD.Create_dist_graph_adjacent([(RANK - 1) % SIZE, (RANK - 2) % SIZE],
+                                           [(RANK + 1) % SIZE, (RANK + 2) % SIZE], reorder=False)
+    try:
+        yield raw
+    finally:
+        raw.Free()
+
+
+def persistent_alltoall(comm, raw, nbytes: int, spec: bool):
+    """A persistent alltoall through ``comm``: the receive buffer is untouched by the init (the trial
+    runs on copies), and after Start/Wait equals the library's; returns what the init chose."""
+    send = (numpy.arange(2 * nbytes, dtype="u1") + 7 * RANK).astype("u1")
+    got = numpy.full(2 * nbytes, 42, dtype="u1")
+    request = comm.Neighbor_alltoall_init([send, nbytes, MPI.BYTE] if spec else send,
+                                          [got, nbytes, MPI.BYTE] if spec else got)
+    assert (got == 42).all()  # the init wrote nothing into the user's receive buffer
+    request.Start()
+    request.Wait()
+    request.Free()
+    expected = numpy.zeros_like(got)
+    raw.Neighbor_alltoall(send, expected)
+    assert numpy.array_equal(got, expected)
+    return comm.plan_stats("alltoall", block_bytes=nbytes, form="persistent")["auto"]
+
+
+@pytest.mark.parametrize("win, expect", [(1e9, "candidate"), (0.0, "native"), (None, "either")])
+def test_a_persistent_near_miss_is_measured_at_init(monkeypatch, win, expect):
+    """Every built candidate in the trial band (widened here): the init times it against native on
+    scratch buffers and keeps the winner, the same on every rank, although each rank measures its
+    own times and rank 0 passes buffer specs while the others pass plain arrays; a forced win
+    (``TRIAL_WIN``) decides as forced; a second request of the class takes the outcome untried."""
+    from sparsecoll.runtime import auto
+    monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
+    if win is not None:
+        monkeypatch.setattr(auto, "TRIAL_WIN", win)
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw)
+        explained = persistent_alltoall(comm, raw, 64, spec=RANK == 0)
+        trial = explained["trial"]
+        assert trial is not None and "skipped" not in trial, explained
+        assert trial["candidate_seconds"] > 0 and trial["native_seconds"] > 0
+        if expect == "candidate":
+            assert trial["winner"] == trial["candidate"] == explained["algorithm"] != "native"
+        elif expect == "native":
+            assert trial["winner"] == explained["algorithm"] == "native"
+        assert "measured at a persistent init" in explained["reason"]
+        assert_same_on_every_rank((trial, explained["algorithm"]))
+        again = persistent_alltoall(comm, raw, 64, spec=RANK != 0)
+        assert again["trial"] == trial and again["algorithm"] == explained["algorithm"]
+
+
+def test_a_persistent_trial_is_skipped_on_every_rank_when_one_rank_cannot_copy(monkeypatch):
+    """Rank 0 passes a bytearray (no scratch copy): no rank starts a trial request (none waits for
+    a partner that never starts), the model's choice stays, and the data is the library's."""
+    from sparsecoll.runtime import auto
+    monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw)
+        nbytes = 16
+        send = bytearray((numpy.arange(2 * nbytes) + RANK).astype("u1").tobytes())
+        got = numpy.zeros(2 * nbytes, dtype="u1")
+        request = comm.Neighbor_alltoall_init([send, nbytes, MPI.BYTE] if RANK == 0 else
+                                              [numpy.frombuffer(send, dtype="u1"), nbytes, MPI.BYTE],
+                                              [got, nbytes, MPI.BYTE])
+        request.Start()
+        request.Wait()
+        request.Free()
+        expected = numpy.zeros_like(got)
+        raw.Neighbor_alltoall([send, nbytes, MPI.BYTE], [expected, nbytes, MPI.BYTE])
+        assert numpy.array_equal(got, expected)
+        explained = comm.plan_stats("alltoall", block_bytes=nbytes, form="persistent")["auto"]
+        assert "skipped" in explained["trial"]
+        assert_same_on_every_rank(explained["trial"])
+
+
+def test_verify_choice_false_never_times(monkeypatch):
+    from sparsecoll.runtime import auto
+    monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw, verify_choice=False)
+        explained = persistent_alltoall(comm, raw, 64, spec=False)
+        assert explained["trial"] is None
+
+
+def test_verify_choice_must_be_the_same_on_every_rank():
+    """It decides which calls are timed collectively: ranks that differ raise, every one of them."""
+    if SIZE < 2:
+        pytest.skip("needs two ranks")
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw, verify_choice=None if RANK == 0 else False)
+        with pytest.raises(ValueError, match="verify_choice"):
+            persistent_alltoall(comm, raw, 64, spec=False)

@@ -36,11 +36,25 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   weight, else in-edge weight), not from the call, and every call is pinned to the largest
   class over ranks: calls never look at their block size (the check against the weights
   runs before, on every call).
-* **Online check** (``verify_choice=True``): the first :data:`TRIALS` pairs of blocking calls
-  of a class whose choice is not ``native`` alternate the choice and ``native``; each rank
-  sums the two times, one allreduce takes the maxima, and the class switches to ``native``
-  if the choice lost. Nonblocking and persistent calls are not checked (their time ends in
-  the user's ``Wait``).
+* **Online check of blocking calls** (``verify_choice=True``): the first :data:`TRIALS` pairs
+  of blocking calls of a class whose choice is not ``native`` alternate the choice and
+  ``native``; each rank sums the two times, one allreduce takes the maxima, and the class
+  switches to ``native`` if the choice lost. Nonblocking calls are not checked (their time
+  ends in the user's ``Wait``).
+* **Trial of a persistent request** (by default; ``verify_choice=False`` turns it off): a
+  persistent request is made to be started many times, and its init is collective, so
+  there the model's near misses are measured. Where the model keeps ``native`` but a built
+  candidate is predicted at most :data:`TRIAL_BAND` times native's time (and, with
+  ``verify_choice=True``, also where the model chose a candidate), the init makes both
+  requests on scratch copies of the buffers (the user's receive buffer is not touched
+  before ``Start``), starts them alternately :data:`PERSISTENT_TRIALS` times each after one
+  untimed start, and one allreduce takes every rank's median per request to the maximum
+  over ranks; the candidate wins if it took at most :data:`TRIAL_WIN` times native's time.
+  The outcome is kept for the size class (every rank holds the same: it came from the
+  allreduce), so later requests of the class take it without a trial. The margins keep
+  the choice on the library's side: a model error the trial cannot resolve keeps
+  ``native``. Only regular calls with numpy buffers (plain, or ``[array, count, type]``)
+  are tried; others keep the model's choice.
 
 Counts and trials are indexed by (collective, size class), which every rank passes
 through in the same order under the rule above, so the collective steps they trigger
@@ -63,7 +77,14 @@ from ..topology.placement import resolve as resolve_placement
 REPEATS = 8
 #: Pairs of (choice, native) blocking calls timed by ``verify_choice`` per size class.
 TRIALS = 5
+#: Timed starts of each request in the trial of a persistent request (after one untimed start each).
+PERSISTENT_TRIALS = 25
+#: A built candidate predicted at most this times native's time is tried against it at a persistent init.
+TRIAL_BAND = 1.0
+#: A tried candidate replaces ``native`` if its measured time is at most this times native's.
+TRIAL_WIN = 0.95
 REGULAR = ("allgather", "alltoall")
+VERIFY_CODES = {False: 0.0, None: 1.0, True: 2.0}  # ``verify_choice`` as a number all ranks compare
 LAST_CLASS = model.CLASSES - 1
 UNKNOWN = -1  # a rank that cannot tell the block size of a regular call (no edge in the alltoall family)
 
@@ -134,6 +155,8 @@ class AutoDispatch:
         self._calls: dict = {}  # algorithm -> CallPlan
         self._seen: dict = {}  # size class -> calls so far
         self._trials: dict = {}  # size class -> [calls, choice seconds, native seconds]
+        #: size class -> the trial of a persistent request of that class: {candidate, seconds, winner}
+        self.persistent_trials: dict = {}
         self._library_only: set = set()  # forms the wrapper sends straight to the library, for good
         self.by_weights = by_weights  # cdag_exact_byte_communications: local_class is the weights'
         #: form -> receive-array bytes under which a call goes to the library (see :meth:`_library_limit`);
@@ -150,15 +173,19 @@ class AutoDispatch:
         family = self._family
         names = list(family.costs)
         local = numpy.stack([family.costs[name].seconds() for name in names])
+        check = VERIFY_CODES[self._plan.verify_choice]
         vector = numpy.concatenate([local.ravel(), [-local_class if local_class != UNKNOWN else -model.CLASSES,
                                                     local_class, float(local_class == UNKNOWN),
-                                                    float(family.fault is not None)]])
+                                                    float(family.fault is not None), check, -check]])
         worst = numpy.empty_like(vector)
         self._comm_runtime.private.Allreduce(vector, worst, op=MPI.MAX)
+        if worst[-2] != -worst[-1]:  # every rank raises: the checks below would run on some ranks only
+            raise ValueError("verify_choice: the ranks passed different values to wrap (it decides which "
+                             "calls are timed collectively, so every rank must pass the same)")
         shape = local.shape
         for i, name in enumerate(names):
             family.seconds[name] = worst[: local.size].reshape(shape)[i]
-        lowest, highest, unknown, fault = -worst[-4], worst[-3], worst[-2], worst[-1]
+        lowest, highest, unknown, fault = -worst[-6], worst[-5], worst[-4], worst[-3]
         self.native_allowed = not fault  # the library errs on some rank's neighborhood: never run it
         # exact bytes: every call has the weights' sizes, so one class (the largest over ranks) serves all
         per_size = self.collective in REGULAR and not unknown and lowest == highest and not self.by_weights
@@ -171,6 +198,9 @@ class AutoDispatch:
         self.table = model.decide(family.seconds, self.native_allowed)
         built = {name: s for name, s in family.seconds.items() if family.built(name)}
         self.fallback = model.decide(built, self.native_allowed)
+        persistent = FORMS.index("persistent")
+        for size_class, trial in self.persistent_trials.items():  # measured outranks predicted
+            self.table[persistent][size_class] = self.fallback[persistent][size_class] = trial["winner"]
         self._uniform = {}  # form -> the algorithm every call of it runs, when it is one for every size
         for f, form in enumerate(FORMS):
             row = self.table[f]
@@ -206,10 +236,34 @@ class AutoDispatch:
         call the library's method directly)."""
         for f, form in enumerate(FORMS):
             row = self.table[f]
-            names = {row[self.pinned]} if self.pinned is not None else set(row)
-            if names == {model.NATIVE} and not self._plan.verify_choice:
+            classes = [self.pinned] if self.pinned is not None else range(model.CLASSES)
+            names = {row[c] for c in classes}
+            tried = form == "persistent" and any(self._trial_candidate(c) for c in classes)
+            if names == {model.NATIVE} and not self._plan.verify_choice and not tried:
                 self._library_only.add(form)
         return tuple(sorted(self._library_only))
+
+    def _trial_candidate(self, size_class: int) -> str | None:
+        """The candidate a persistent request of ``size_class`` is tried against ``native`` with, or None.
+
+        The model's choice where it is not native and ``verify_choice`` is on; where it is native,
+        the built candidate predicted fastest if at most :data:`TRIAL_BAND` times native's time.
+        None once the class was tried, with ``verify_choice=False``, where native may not run, or
+        for the v/w forms."""
+        if (self._plan.verify_choice is False or not self.native_allowed or self.collective not in REGULAR
+                or size_class in self.persistent_trials):
+            return None
+        f = FORMS.index("persistent")
+        chosen = self.table[f][size_class]
+        if chosen != model.NATIVE:
+            return chosen if self._plan.verify_choice else None
+        family = self._family
+        native = family.seconds[model.NATIVE][f, size_class]
+        built = [name for name in family.seconds if name != model.NATIVE and family.built(name)]
+        best = min(built, key=lambda name: family.seconds[name][f, size_class], default=None)
+        if best is None or not family.seconds[best][f, size_class] <= TRIAL_BAND * native:
+            return None
+        return best
 
     def choose(self, form: str, size_class: int, persistent: bool = False) -> str:
         """The algorithm this call runs (may build a protocol candidate: collective, see the module)."""
@@ -257,7 +311,12 @@ class AutoDispatch:
         if runs != winner:
             why += (f"; it is estimated, not built: calls run {runs} until the {REPEATS}th call of this size "
                     f"(or a persistent request) builds it")
-        return {"algorithm": runs, "predicted_winner": winner, "form": form, "block_bytes": block_bytes,
+        trial = self.persistent_trials.get(size_class) if form == "persistent" else None
+        if trial is not None and "skipped" not in trial:
+            why += (f"; measured at a persistent init: {trial['candidate']} {trial['candidate_seconds'] * 1e6:.2f} us, "
+                    f"native {trial['native_seconds'] * 1e6:.2f} us (the slowest rank's median): {trial['winner']} "
+                    f"(a candidate needs at most {TRIAL_WIN} x native's time)")
+        return {"algorithm": runs, "trial": trial, "predicted_winner": winner, "form": form, "block_bytes": block_bytes,
                 "size_class": size_class, "pinned": self.pinned is not None, "predicted_seconds": predicted,
                 "estimated": sorted(n for n in predicted if n != model.NATIVE and not family.built(n)),
                 "reason": why, "profile": family.profile.describe(), "ranks_per_core": family.ranks_per_core,
@@ -346,12 +405,57 @@ class AutoDispatch:
         return run(sendbuf, recvbuf)
 
     def persistent(self, _, sendbuf, recvbuf, info=MPI.INFO_NULL):
-        """A persistent request of the chosen algorithm (protocol candidates are built for it)."""
-        name = self.choose("persistent", self._size_class(sendbuf, recvbuf), persistent=True)
+        """A persistent request of the chosen algorithm (protocol candidates are built for it; a near
+        miss of the model is tried first: see the module)."""
+        size_class = self._size_class(sendbuf, recvbuf)
+        name = self.choose("persistent", size_class, persistent=True)
+        rival = self._trial_candidate(size_class)
+        if rival is not None:
+            name = self._persistent_trial(size_class, rival, sendbuf, recvbuf, info)
+        return self._persistent_request(name, sendbuf, recvbuf, info)
+
+    def _persistent_request(self, name: str, sendbuf, recvbuf, info):
         if name == model.NATIVE:
             return self._native["persistent"](sendbuf, recvbuf, info)
         call = self._call_plan(name)
         return call.runtime.persistent(call, sendbuf, recvbuf)
+
+    def _persistent_trial(self, size_class: int, rival: str, sendbuf, recvbuf, info) -> str:
+        """Time persistent requests of ``rival`` and ``native`` on scratch buffers (collective: every
+        rank runs the same starts in the same order, whatever its buffers) and keep the winner for
+        ``size_class`` in the persistent table; returns it."""
+        send, recv = scratch_buffer(sendbuf), scratch_buffer(recvbuf)
+        f = FORMS.index("persistent")
+        every = numpy.empty(1)  # whether every rank can make scratch copies (else no rank tries)
+        self._comm_runtime.private.Allreduce(numpy.array([float(send is not None and recv is not None)]),
+                                             every, op=MPI.MIN)
+        if not every[0]:
+            self.persistent_trials[size_class] = {"candidate": rival, "winner": self.table[f][size_class],
+                                                  "skipped": "a rank's buffers are not numpy arrays"}
+            return self.table[f][size_class]
+        requests = [self._persistent_request(name, send, recv, info) for name in (rival, model.NATIVE)]
+        times = ([], [])
+        try:
+            for request in requests:  # first starts: set-up, not timed
+                request.Start()
+                request.Wait()
+            for trial in range(PERSISTENT_TRIALS):
+                for which in ((0, 1) if trial % 2 == 0 else (1, 0)):
+                    start = time.perf_counter()
+                    requests[which].Start()
+                    requests[which].Wait()
+                    times[which].append(time.perf_counter() - start)
+        finally:
+            for request in requests:
+                request.Free()
+        worst = numpy.empty(2)
+        self._comm_runtime.private.Allreduce(numpy.array([numpy.median(times[0]), numpy.median(times[1])]),
+                                             worst, op=MPI.MAX)
+        winner = rival if worst[0] <= TRIAL_WIN * worst[1] else model.NATIVE
+        self.table[f][size_class] = self.fallback[f][size_class] = winner
+        self.persistent_trials[size_class] = {"candidate": rival, "candidate_seconds": float(worst[0]),
+                                              "native_seconds": float(worst[1]), "winner": winner}
+        return winner
 
     def _trial(self, size_class: int, name: str, sendbuf, recvbuf):
         """One call of the online check (runs it; returns None) or the name to run once it is over."""
@@ -376,6 +480,17 @@ class AutoDispatch:
                 self.table[f][size_class] = model.NATIVE
                 self.fallback[f][size_class] = model.NATIVE
         return None
+
+
+def scratch_buffer(buffer):
+    """A copy of a numpy buffer argument (plain, or ``[array, count, datatype]``) in new memory,
+    for a trial that must not touch the user's buffers; None for any other argument."""
+    if type(buffer) is numpy.ndarray:
+        return buffer.copy()
+    if ((type(buffer) is list or type(buffer) is tuple) and len(buffer) == 3
+            and type(buffer[0]) is numpy.ndarray):
+        return [buffer[0].copy(), buffer[1], buffer[2]]
+    return None
 
 
 def block_bytes(runtime, collective: str, sendbuf, recvbuf) -> int:
