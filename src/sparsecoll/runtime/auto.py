@@ -47,9 +47,11 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   candidate is predicted at most :data:`TRIAL_BAND` times native's time (and, with
   ``verify_choice=True``, also where the model chose a candidate), the init makes both
   requests on scratch copies of the buffers (the user's receive buffer is not touched
-  before ``Start``), starts them alternately :data:`PERSISTENT_TRIALS` times each after one
-  untimed start, and one allreduce takes every rank's median per request to the maximum
-  over ranks; the candidate wins if it took at most :data:`TRIAL_WIN` times native's time.
+  before ``Start``), starts them alternately :data:`PERSISTENT_TRIALS` times each, after a
+  barrier each time, as the bench and ``calibrate`` time a call (after :data:`TRIAL_WARMUP`
+  untimed starts), and one allreduce takes every start's time to the maximum over ranks;
+  the candidate wins if the median of its maxima is at most :data:`TRIAL_WIN` times
+  native's.
   The outcome is kept for the size class (every rank holds the same: it came from the
   allreduce), so later requests of the class take it without a trial. The margins keep
   the choice on the library's side: a model error the trial cannot resolve keeps
@@ -77,8 +79,9 @@ from ..topology.placement import resolve as resolve_placement
 REPEATS = 8
 #: Pairs of (choice, native) blocking calls timed by ``verify_choice`` per size class.
 TRIALS = 5
-#: Timed starts of each request in the trial of a persistent request (after one untimed start each).
+#: Timed starts of each request in the trial of a persistent request, after TRIAL_WARMUP untimed ones.
 PERSISTENT_TRIALS = 25
+TRIAL_WARMUP = 2
 #: A built candidate predicted at most this times native's time is tried against it at a persistent init.
 TRIAL_BAND = 1.0
 #: A tried candidate replaces ``native`` if its measured time is at most this times native's.
@@ -314,7 +317,8 @@ class AutoDispatch:
         trial = self.persistent_trials.get(size_class) if form == "persistent" else None
         if trial is not None and "skipped" not in trial:
             why += (f"; measured at a persistent init: {trial['candidate']} {trial['candidate_seconds'] * 1e6:.2f} us, "
-                    f"native {trial['native_seconds'] * 1e6:.2f} us (the slowest rank's median): {trial['winner']} "
+                    f"native {trial['native_seconds'] * 1e6:.2f} us (medians of the slowest rank's times): "
+                    f"{trial['winner']} "
                     f"(a candidate needs at most {TRIAL_WIN} x native's time)")
         return {"algorithm": runs, "trial": trial, "predicted_winner": winner, "form": form, "block_bytes": block_bytes,
                 "size_class": size_class, "pinned": self.pinned is not None, "predicted_seconds": predicted,
@@ -433,24 +437,27 @@ class AutoDispatch:
             self.persistent_trials[size_class] = {"candidate": rival, "winner": self.table[f][size_class],
                                                   "skipped": "a rank's buffers are not numpy arrays"}
             return self.table[f][size_class]
+        private = self._comm_runtime.private
         requests = [self._persistent_request(name, send, recv, info) for name in (rival, model.NATIVE)]
-        times = ([], [])
+        times = numpy.zeros((2, PERSISTENT_TRIALS))  # [rival, native] x trial
         try:
             for request in requests:  # first starts: set-up, not timed
-                request.Start()
-                request.Wait()
-            for trial in range(PERSISTENT_TRIALS):
+                for _ in range(TRIAL_WARMUP):
+                    request.Start()
+                    request.Wait()
+            for trial in range(PERSISTENT_TRIALS):  # as the bench and calibrate time a call
                 for which in ((0, 1) if trial % 2 == 0 else (1, 0)):
+                    private.Barrier()
                     start = time.perf_counter()
                     requests[which].Start()
                     requests[which].Wait()
-                    times[which].append(time.perf_counter() - start)
+                    times[which, trial] = time.perf_counter() - start
         finally:
             for request in requests:
                 request.Free()
-        worst = numpy.empty(2)
-        self._comm_runtime.private.Allreduce(numpy.array([numpy.median(times[0]), numpy.median(times[1])]),
-                                             worst, op=MPI.MAX)
+        slowest = numpy.empty_like(times)  # a collective takes as long as its slowest rank
+        private.Allreduce(times, slowest, op=MPI.MAX)
+        worst = numpy.median(slowest, axis=1)
         winner = rival if worst[0] <= TRIAL_WIN * worst[1] else model.NATIVE
         self.table[f][size_class] = self.fallback[f][size_class] = winner
         self.persistent_trials[size_class] = {"candidate": rival, "candidate_seconds": float(worst[0]),
