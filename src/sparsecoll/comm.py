@@ -757,7 +757,7 @@ _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgrap
 
 
 def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, rebind: bool = False,
-         executor: str = "steps", profile=None, verify_choice: bool | None = None, info=None,
+         executor: str = "steps", profile=None, verify_choice: bool = False, info=None,
          executor_options=None, **options):
     """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll, or an
     intracommunicator so its global collectives run the universal hierarchical algorithm.
@@ -802,10 +802,10 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     included; its ``profile`` is a path or a :class:`sparsecoll.model.profile.Profile`
     (default: ``$SPARSECOLL_PROFILE``, else this host's ``sparsecoll calibrate`` profile,
     else a conservative built-in one), read here, so a bad file raises here;
-    ``verify_choice``: None (default) times a persistent request against ``native`` at its init
-    where the model's choice was a near miss; True also times the first blocking calls of a
-    choice that is not ``native`` against it and switches back where the choice loses; False
-    never times (the model alone decides). auto asks, as MPI libraries do when they pick a collective
+    ``verify_choice=True`` times the first blocking calls of a choice that is not ``native``
+    against it and switches back where the choice loses, and times a persistent request's
+    choice, or the model's near miss, against ``native`` at its init (every rank must pass the
+    same value). auto asks, as MPI libraries do when they pick a collective
     algorithm by message size, that a regular call (allgather, alltoall) passes the same
     block size on every rank; where the first call does not, it decides once for all calls.
 

@@ -355,7 +355,7 @@ def persistent_alltoall(comm, raw, nbytes: int, spec: bool):
 
 @pytest.mark.parametrize("win, expect", [(1e9, "candidate"), (0.0, "native"), (None, "either")])
 def test_a_persistent_near_miss_is_measured_at_init(monkeypatch, win, expect):
-    """Every built candidate in the trial band (widened here): the init times it against native on
+    """verify_choice: every built candidate in the trial band (widened here): the init times it against native on
     scratch buffers and keeps the winner, the same on every rank, although each rank measures its
     own times and rank 0 passes buffer specs while the others pass plain arrays; a forced win
     (``TRIAL_WIN``) decides as forced; a second request of the class takes the outcome untried."""
@@ -364,7 +364,7 @@ def test_a_persistent_near_miss_is_measured_at_init(monkeypatch, win, expect):
     if win is not None:
         monkeypatch.setattr(auto, "TRIAL_WIN", win)
     with two_ring() as raw:
-        comm = sparsecoll.wrap(raw)
+        comm = sparsecoll.wrap(raw, verify_choice=True)
         explained = persistent_alltoall(comm, raw, 64, spec=RANK == 0)
         trial = explained["trial"]
         assert trial is not None and "skipped" not in trial, explained
@@ -385,7 +385,7 @@ def test_a_persistent_trial_is_skipped_on_every_rank_when_one_rank_cannot_copy(m
     from sparsecoll.runtime import auto
     monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
     with two_ring() as raw:
-        comm = sparsecoll.wrap(raw)
+        comm = sparsecoll.wrap(raw, verify_choice=True)
         nbytes = 16
         send = bytearray((numpy.arange(2 * nbytes) + RANK).astype("u1").tobytes())
         got = numpy.zeros(2 * nbytes, dtype="u1")
@@ -403,11 +403,11 @@ def test_a_persistent_trial_is_skipped_on_every_rank_when_one_rank_cannot_copy(m
         assert_same_on_every_rank(explained["trial"])
 
 
-def test_verify_choice_false_never_times(monkeypatch):
+def test_by_default_a_persistent_request_is_not_timed(monkeypatch):
     from sparsecoll.runtime import auto
     monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
     with two_ring() as raw:
-        comm = sparsecoll.wrap(raw, verify_choice=False)
+        comm = sparsecoll.wrap(raw)
         explained = persistent_alltoall(comm, raw, 64, spec=False)
         assert explained["trial"] is None
 
@@ -417,6 +417,6 @@ def test_verify_choice_must_be_the_same_on_every_rank():
     if SIZE < 2:
         pytest.skip("needs two ranks")
     with two_ring() as raw:
-        comm = sparsecoll.wrap(raw, verify_choice=None if RANK == 0 else False)
+        comm = sparsecoll.wrap(raw, verify_choice=RANK == 0)
         with pytest.raises(ValueError, match="verify_choice"):
             persistent_alltoall(comm, raw, 64, spec=False)

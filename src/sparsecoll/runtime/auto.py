@@ -41,22 +41,23 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   ``native``; each rank sums the two times, one allreduce takes the maxima, and the class
   switches to ``native`` if the choice lost. Nonblocking calls are not checked (their time
   ends in the user's ``Wait``).
-* **Trial of a persistent request** (by default; ``verify_choice=False`` turns it off): a
-  persistent request is made to be started many times, and its init is collective, so
-  there the model's near misses are measured. Where the model keeps ``native`` but a built
-  candidate is predicted at most :data:`TRIAL_BAND` times native's time (and, with
-  ``verify_choice=True``, also where the model chose a candidate), the init makes both
-  requests on scratch copies of the buffers (the user's receive buffer is not touched
-  before ``Start``), starts them alternately :data:`PERSISTENT_TRIALS` times each, after a
-  barrier each time, as the bench and ``calibrate`` time a call (after :data:`TRIAL_WARMUP`
-  untimed starts), and one allreduce takes every start's time to the maximum over ranks;
-  the candidate wins if the median of its maxima is at most :data:`TRIAL_WIN` times
-  native's.
-  The outcome is kept for the size class (every rank holds the same: it came from the
-  allreduce), so later requests of the class take it without a trial. The margins keep
-  the choice on the library's side: a model error the trial cannot resolve keeps
-  ``native``. Only regular calls with numpy buffers (plain, or ``[array, count, type]``)
-  are tried; others keep the model's choice.
+* **Trial of a persistent request** (``verify_choice=True`` too): a persistent request is made
+  to be started many times, and its init is collective, so there the model's choice and
+  its near misses can be measured. Where the model chose a candidate, or kept ``native``
+  while a built candidate is predicted at most :data:`TRIAL_BAND` times native's time, the
+  init makes both requests on scratch copies of the buffers (the user's receive buffer is
+  not touched before ``Start``), starts them alternately :data:`PERSISTENT_TRIALS` times
+  each, after a barrier each time, as the bench and ``calibrate`` time a call (after
+  :data:`TRIAL_WARMUP` untimed starts), and one allreduce takes every start's time to the
+  maximum over ranks; the candidate wins if the median of its maxima is at most
+  :data:`TRIAL_WIN` times native's. The outcome is kept for the size class (every rank
+  holds the same: it came from the allreduce), so later requests of the class take it
+  untried. Only regular calls with numpy buffers (plain, or ``[array, count, type]``) on
+  every rank are tried; others keep the model's choice. Not on by default: on the 16-core
+  machine (``benchmarks/16core/README.md``) the trial's winners ran at 0.85-0.91 x native in
+  the bench with every algorithm, but two of them at 1.04 and 1.10 x native in a bench of
+  native and auto alone: 25 starts right after the init do not foretell the steady state
+  well enough for the default, which must never be slower than the library.
 
 Counts and trials are indexed by (collective, size class), which every rank passes
 through in the same order under the rule above, so the collective steps they trigger
@@ -87,7 +88,6 @@ TRIAL_BAND = 1.0
 #: A tried candidate replaces ``native`` if its measured time is at most this times native's.
 TRIAL_WIN = 0.95
 REGULAR = ("allgather", "alltoall")
-VERIFY_CODES = {False: 0.0, None: 1.0, True: 2.0}  # ``verify_choice`` as a number all ranks compare
 LAST_CLASS = model.CLASSES - 1
 UNKNOWN = -1  # a rank that cannot tell the block size of a regular call (no edge in the alltoall family)
 
@@ -176,7 +176,7 @@ class AutoDispatch:
         family = self._family
         names = list(family.costs)
         local = numpy.stack([family.costs[name].seconds() for name in names])
-        check = VERIFY_CODES[self._plan.verify_choice]
+        check = float(self._plan.verify_choice)
         vector = numpy.concatenate([local.ravel(), [-local_class if local_class != UNKNOWN else -model.CLASSES,
                                                     local_class, float(local_class == UNKNOWN),
                                                     float(family.fault is not None), check, -check]])
@@ -184,7 +184,7 @@ class AutoDispatch:
         self._comm_runtime.private.Allreduce(vector, worst, op=MPI.MAX)
         if worst[-2] != -worst[-1]:  # every rank raises: the checks below would run on some ranks only
             raise ValueError("verify_choice: the ranks passed different values to wrap (it decides which "
-                             "calls are timed collectively, so every rank must pass the same)")
+                             "calls are timed, collectively, so every rank must pass the same)")
         shape = local.shape
         for i, name in enumerate(names):
             family.seconds[name] = worst[: local.size].reshape(shape)[i]
@@ -239,27 +239,25 @@ class AutoDispatch:
         call the library's method directly)."""
         for f, form in enumerate(FORMS):
             row = self.table[f]
-            classes = [self.pinned] if self.pinned is not None else range(model.CLASSES)
-            names = {row[c] for c in classes}
-            tried = form == "persistent" and any(self._trial_candidate(c) for c in classes)
-            if names == {model.NATIVE} and not self._plan.verify_choice and not tried:
+            names = {row[self.pinned]} if self.pinned is not None else set(row)
+            if names == {model.NATIVE} and not self._plan.verify_choice:
                 self._library_only.add(form)
         return tuple(sorted(self._library_only))
 
     def _trial_candidate(self, size_class: int) -> str | None:
         """The candidate a persistent request of ``size_class`` is tried against ``native`` with, or None.
 
-        The model's choice where it is not native and ``verify_choice`` is on; where it is native,
+        With ``verify_choice``: the model's choice where it is not native; where it is native,
         the built candidate predicted fastest if at most :data:`TRIAL_BAND` times native's time.
-        None once the class was tried, with ``verify_choice=False``, where native may not run, or
-        for the v/w forms."""
-        if (self._plan.verify_choice is False or not self.native_allowed or self.collective not in REGULAR
+        None without ``verify_choice``, once the class was tried, where native may not run, or for
+        the v/w forms."""
+        if (not self._plan.verify_choice or not self.native_allowed or self.collective not in REGULAR
                 or size_class in self.persistent_trials):
             return None
         f = FORMS.index("persistent")
         chosen = self.table[f][size_class]
         if chosen != model.NATIVE:
-            return chosen if self._plan.verify_choice else None
+            return chosen
         family = self._family
         native = family.seconds[model.NATIVE][f, size_class]
         built = [name for name in family.seconds if name != model.NATIVE and family.built(name)]

@@ -36,7 +36,7 @@ class Plan:
     rebind: bool = False
     executor: str = execute.DEFAULT_EXECUTOR
     profile: Profile = BUILTIN
-    verify_choice: bool | None = None
+    verify_choice: bool = False
     persistence: Persistence = NONE
     executor_options: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     key: tuple = field(init=False)
@@ -72,7 +72,7 @@ class Plan:
 
 
 def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
-              executor: str = execute.DEFAULT_EXECUTOR, profile=None, verify_choice: bool | None = None,
+              executor: str = execute.DEFAULT_EXECUTOR, profile=None, verify_choice: bool = False,
               persistence: Persistence = NONE, executor_options=None) -> Plan:
     """Check a wrapper's arguments (raising before any message is sent) and make its Plan.
 
@@ -84,8 +84,8 @@ def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
     checked_executor_options = execute.check_options(executor, executor_options)
     if not isinstance(rebind, bool):
         raise TypeError(f"rebind: expected a bool, got {type(rebind).__name__}")
-    if verify_choice is not None and not isinstance(verify_choice, bool):
-        raise TypeError(f"verify_choice: expected a bool or None, got {type(verify_choice).__name__}")
+    if not isinstance(verify_choice, bool):
+        raise TypeError(f"verify_choice: expected a bool, got {type(verify_choice).__name__}")
     checked = algorithms.check_options(algorithm, with_loggp_file(options), size)
     chosen_profile = resolve_profile(profile) if algorithm == algorithms.AUTO else BUILTIN
     return Plan(algorithm, MappingProxyType(dict(checked)), rebind, executor, chosen_profile, verify_choice,
