@@ -75,3 +75,17 @@ def test_agents_agree_and_results_match_direct(density, L):
             assert got.tolist() == want.tolist()
         finally:
             raw.Free()
+
+
+def test_node_cores_are_the_union_of_the_ranks_affinities(monkeypatch):
+    """A library that binds each rank to its own core leaves every rank an affinity of one core:
+    the node's cores are the union over its ranks, and auto's load is ranks per those cores
+    (one rank per core here, not SIZE ranks on one core); unbound ranks count their shared set."""
+    from sparsecoll.model.profile import ranks_per_core
+    size = WORLD.Get_size()
+    monkeypatch.setattr(placement.os, "sched_getaffinity", lambda pid: {WORLD.Get_rank()})
+    cores = placement.node_cores(WORLD)
+    assert cores == size
+    assert ranks_per_core(size, placement.Placement(size), cores) == 1.0
+    monkeypatch.setattr(placement.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert placement.node_cores(WORLD) == 2

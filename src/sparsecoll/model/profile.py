@@ -234,16 +234,18 @@ BUILTIN = Profile(
 
 
 def usable_cores() -> int:
-    """Cores this process may run on."""
+    """Cores this process may run on (its own affinity; the node's for a job:
+    :func:`sparsecoll.topology.placement.node_cores`)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
 
 
-def ranks_per_core(size: int, placement) -> float:
-    """The load a communicator of ``size`` ranks placed by ``placement`` puts on this node's cores."""
-    return min(size, placement.L * placement.S) / usable_cores()
+def ranks_per_core(size: int, placement, cores: int) -> float:
+    """The load a communicator of ``size`` ranks placed by ``placement`` puts on the ``cores`` its
+    ranks on this node may run on (:func:`sparsecoll.topology.placement.node_cores`)."""
+    return min(size, placement.L * placement.S) / max(cores, 1)
 
 
 def library_name() -> str:
@@ -251,6 +253,12 @@ def library_name() -> str:
     from mpi4py import MPI
     vendor, version = MPI.get_vendor()
     return f"{vendor} {version[0]}.{version[1]}"
+
+
+def library_version() -> str:
+    """The running MPI library's version line (Open MPI 5.0's string ends in a NUL, dropped here)."""
+    from mpi4py import MPI
+    return MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]
 
 
 def default_path(host: str | None = None, library: str | None = None) -> str:

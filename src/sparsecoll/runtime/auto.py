@@ -74,6 +74,7 @@ from mpi4py import MPI
 
 from ..model import choice as model
 from ..model.profile import FORMS, library_name, ranks_per_core
+from ..topology.placement import node_cores
 from ..topology.placement import resolve as resolve_placement
 
 #: Calls of one (collective, size class) after which a predicted-winning protocol candidate is built.
@@ -122,7 +123,8 @@ class FamilyModel:
         placement_info = resolve_placement(runtime.private, plan.options.get("ranks_per_socket"),
                                            plan.options.get("sockets_per_node"))  # collective
         self.placement = placement_info.placement
-        self.ranks_per_core = ranks_per_core(runtime.private.Get_size(), self.placement)
+        self.ranks_per_core = ranks_per_core(runtime.private.Get_size(), self.placement,
+                                             node_cores(runtime.private))  # collective
         self.load = self.profile.load_for(self.ranks_per_core)
         self.fault = model.library_fault(runtime.topology, library_name())  # this rank's, agreed at first call
         self.patterns: dict = {}

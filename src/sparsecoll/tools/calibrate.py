@@ -32,6 +32,7 @@ from sparsecoll.model.calibrate import (
     ping_pong,
     round_trip_chain,
 )
+from sparsecoll.model.profile import library_version
 
 #: Default repetitions of ``--model profile`` (per variant) and of ``hockney`` / ``loggp`` (per size).
 PROFILE_REPS, PARAMETER_REPS = 2000, 200
@@ -68,25 +69,26 @@ def _main(args) -> int:
     from mpi4py import MPI
 
     from sparsecoll.model.params import hockney
+    from sparsecoll.topology.placement import node_cores
 
-    from .launch import usable_cores
     comm = MPI.COMM_WORLD
     if comm.Get_size() < 2:
         raise SystemExit("calibrate: needs at least 2 ranks")
+    cores = node_cores(comm)  # collective
     if args.model == "profile":
-        return _main_profile(comm, args)
+        return _main_profile(comm, args, cores)
     args.out = args.out or "sparsecoll-params.json"
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.model == "loggp":
-        return _main_loggp(comm, args, sizes)
+        return _main_loggp(comm, args, sizes, cores)
     times = ping_pong(comm, sizes, args.reps, args.pairs)
     if comm.Get_rank() == 0:
         alpha, beta = fit_hockney(sizes, times)
         nranks = comm.Get_size()
         load = ("ranks 0-1 ping-pong" if args.pairs == "one" else
                 f"all {nranks // 2} pairs (2i, 2i+1) ping-pong at once, maximum over pairs")
-        source = (f"sparsecoll calibrate on {platform.node()}, {MPI.Get_library_version().splitlines()[0]}, "
-                  f"{nranks} ranks live on {usable_cores()} cores, {load}, "
+        source = (f"sparsecoll calibrate on {platform.node()}, {library_version()}, "
+                  f"{nranks} ranks live on {cores} cores, {load}, "
                   f"{args.reps} round trips per size, {time.strftime('%Y-%m-%d')}")
         machine = hockney(alpha, beta, source, args.pair_class)
         data = machine.to_json()
@@ -105,12 +107,9 @@ def _main(args) -> int:
     return 0
 
 
-def _main_loggp(comm, args, sizes) -> int:
-    from mpi4py import MPI
-
+def _main_loggp(comm, args, sizes, cores: int) -> int:
     from sparsecoll.model.params import loggp
 
-    from .launch import usable_cores
     counts = [int(k) for k in args.bursts.split(",")]
     smallest = min(sizes)
     points = [(k, smallest) for k in counts] + [(1, m) for m in sizes]
@@ -121,7 +120,7 @@ def _main_loggp(comm, args, sizes) -> int:
         fit = fit_loggp(counts, count_seconds, sizes, size_seconds, half_round_trip)
         nranks = comm.Get_size()
         source = (f"sparsecoll calibrate --model loggp on {platform.node()}, "
-                  f"{MPI.Get_library_version().splitlines()[0]}, {nranks} ranks live on {usable_cores()} cores, "
+                  f"{library_version()}, {nranks} ranks live on {cores} cores, "
                   f"all {nranks // 2} pairs at once, persistent requests, bursts of k messages each way and "
                   f"round trips, {CHAIN} back to back per sample, maximum over ranks, {args.reps} samples "
                   f"per point, {time.strftime('%Y-%m-%d')}")
@@ -146,20 +145,18 @@ def _main_loggp(comm, args, sizes) -> int:
     return 0
 
 
-def _main_profile(comm, args) -> int:
-    from mpi4py import MPI
+def _main_profile(comm, args, cores: int) -> int:
 
     from sparsecoll.model.calibrate import fit_profile_load
     from sparsecoll.model.profile import BUILTIN, Profile, ProfileError, default_path, library_name, ranks_per_core
     from sparsecoll.topology.placement import resolve as resolve_placement
 
-    from .launch import usable_cores
     from .profile_calibration import copy_seconds_per_byte, measure
     rank = comm.Get_rank()
     say = print if rank == 0 else (lambda *_: None)
     placement = resolve_placement(comm).placement
     pair_level = placement.pair_class(0, 1)
-    ranks = ranks_per_core(comm.Get_size(), placement)
+    ranks = ranks_per_core(comm.Get_size(), placement, cores)
     start = time.perf_counter()
     times, stencil, one_way = measure(comm, args.reps, say)
     load = fit_profile_load(times, ranks, pair_level, copy_seconds_per_byte(), one_way, BUILTIN.loads[0],
@@ -174,11 +171,11 @@ def _main_profile(comm, args) -> int:
             profile = None
         if profile is None or profile.mpi_library != library:
             profile = Profile((), library, platform.node())
-        source = (f"sparsecoll calibrate on {platform.node()}, {MPI.Get_library_version().splitlines()[0]}, "
+        source = (f"sparsecoll calibrate on {platform.node()}, {library_version()}, "
                   f"{time.strftime('%Y-%m-%d')}")
         profile = Profile(profile.with_load(load).loads, library, platform.node(), source)
         profile.save(path)
-        say(f"calibrate: {comm.Get_size()} ranks on {usable_cores()} cores (load {ranks:g} ranks per core), "
+        say(f"calibrate: {comm.Get_size()} ranks on {cores} cores (load {ranks:g} ranks per core), "
             f"ring neighbors at level {pair_level}, {time.perf_counter() - start:.1f} s")
         say(f"{'variant':>9} {'form':>12} {'edges':>5} {'bytes':>6} {'median us':>10}")
         for (name, form, edges, block), seconds in times.items():

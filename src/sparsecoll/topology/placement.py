@@ -163,6 +163,29 @@ def cpu_packages(cpus=None) -> set:
     return packages
 
 
+def node_cores(comm) -> int:
+    """The cores the ranks of ``comm`` on this rank's node may run on, together (collective).
+
+    The union of their CPU affinities (``sched_getaffinity``): a library that binds each rank
+    to one core (Open MPI's default when every rank has a core) leaves every rank an affinity of
+    one core, which is not the node's. A communicator that cannot be split (the simulator's
+    virtual ranks) counts this process's own affinity."""
+    try:
+        mine = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        mine = list(range(os.cpu_count() or 1))
+    split = getattr(comm, "Split_type", None)
+    if split is None:
+        return len(mine)
+    from mpi4py import MPI
+    node_comm = split(MPI.COMM_TYPE_SHARED)
+    try:
+        together = node_comm.allgather(mine)
+    finally:
+        node_comm.Free()
+    return len(set().union(*together))
+
+
 def from_keys(keys) -> PlacementInfo:
     """Placement from every rank's ``(node, socket or None)`` (``None``: unknown socket)."""
     keys = list(keys)

@@ -170,6 +170,7 @@ def _measure(args) -> int:
     from mpi4py import MPI
 
     from sparsecoll.algorithms import parse_variant
+    from sparsecoll.topology.placement import node_cores
 
     from ..fair_timing import fix_malloc_threshold
     from .report import auto_summary, environment, print_phase_table, print_table, summarize, write_figures, write_files
@@ -178,6 +179,7 @@ def _measure(args) -> int:
     world = MPI.COMM_WORLD
     root = world.Get_rank() == 0
     allocator = fix_malloc_threshold()  # before any buffer exists (sparsecoll.tools.fair_timing)
+    cores = node_cores(world)  # collective
     sizes = [int(s) for s in args.sizes.split(",") if s]
     collectives = args.collective or DEFAULT_COLLECTIVES
     wanted = [a.strip() for a in args.algorithms.split(",") if a.strip()] if args.algorithms else None
@@ -218,7 +220,8 @@ def _measure(args) -> int:
     env = environment(world, {"mode": ",".join(args.mode), "executors": ",".join(_executors(args)),
                               "reps": args.reps, "warmup": args.warmup,
                               "phase_reps": args.phase_reps,
-                              "command": " ".join(sys.argv), "seconds": round(time.time() - started, 1)})
+                              "command": " ".join(sys.argv), "seconds": round(time.time() - started, 1)},
+                      cores)
     env["settings"].update(allocator)
     files = write_files(out, results, env)
     figures = write_figures(out, results)

@@ -28,20 +28,19 @@ def summarize(result: dict) -> None:
             entry["speedup_median"] = float(numpy.median(1.0 / ratio))
 
 
-def environment(world, settings: dict) -> dict:
-    """What the numbers were measured on."""
+def environment(world, settings: dict, cores: int) -> dict:
+    """What the numbers were measured on (``cores``: those the ranks on this node may run on)."""
     import mpi4py
     from mpi4py import MPI
 
     from sparsecoll import __version__
-
-    from ..launch import usable_cores
+    from sparsecoll.model.profile import library_version
     return {
-        "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
+        "mpi_library": library_version(),
         "mpi_version": "{}.{}".format(*MPI.Get_version()),
         "mpi4py": mpi4py.__version__, "python": sys.version.split()[0], "numpy": numpy.__version__,
         "sparsecoll": __version__, "platform": platform.platform(), "hostname": platform.node(),
-        "ranks": world.Get_size(), "cores": usable_cores(),
+        "ranks": world.Get_size(), "cores": cores,
         "settings": {k: os.environ[k] for k in SETTING_VARIABLES if k in os.environ},
         **settings,
     }
