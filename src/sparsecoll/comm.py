@@ -18,7 +18,6 @@ before calling again).
 
 from __future__ import annotations
 
-import math
 from types import MappingProxyType
 
 import numpy
@@ -370,9 +369,8 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
             name = METHOD_NAMES[collective][form]
             method = getattr(type(self), name).__get__(self)
             settled = None if exact else call.settled_method(form, method)
-            if call.library_below.get(form) or call.library_from.get(form, math.inf) < math.inf:
-                # outermost: one comparison sends a small (or, plain, a large) call to the library
-                self.__dict__[name] = _library_shortcut(call, form, library[form], settled or method)
+            if call.library_below.get(form):  # outermost: one comparison sends a small call to the library
+                self.__dict__[name] = _library_shortcut(call.library_below, form, library[form], settled or method)
             elif settled is not None:
                 self.__dict__[name] = settled
         return call
@@ -687,29 +685,20 @@ class CartNeighborhoodComm(Distgraphcomm):
         return offset
 
 
-def _library_shortcut(dispatch, form: str, library_method, method):
+def _library_shortcut(limits: dict, form: str, library_method, method):
     """``method`` (a wrapper's auto method) with calls whose receive array is smaller than
-    ``dispatch.library_below[form]`` bytes, or is a plain array of at least
-    ``dispatch.library_from[form]`` bytes, sent straight to ``library_method``.
+    ``limits[form]`` bytes sent straight to ``library_method`` (:attr:`AutoDispatch.library_below`).
 
     The receive array is ``recvbuf`` itself or the first entry of its buffer spec (a list or
     tuple); the blocks a valid call receives lie in it, so their bytes are at most its size,
     whatever the spec's count, displacement or datatype say: a smaller array means a smaller class.
-    A plain array (no spec) holds exactly its ``indegree`` blocks when it splits evenly and is
-    contiguous (mpi4py's rule; otherwise the call goes on to ``method``, whose parse explains the
-    error): a larger array means a larger class. The limits are read per call (the dispatch
-    updates them whenever it decides its tables again).
     """
     ndarray, specs = numpy.ndarray, (list, tuple)
-    below, above, indegree = dispatch.library_below, dispatch.library_from, dispatch.indegree
 
     def shortcut(sendbuf, recvbuf):
         array = recvbuf[0] if type(recvbuf) in specs and recvbuf else recvbuf
-        if type(array) is ndarray:
-            nbytes = array.nbytes
-            if nbytes < below[form] or (nbytes >= above[form] and array is recvbuf
-                                        and not nbytes % indegree and array.flags.c_contiguous):
-                return library_method(sendbuf, recvbuf)
+        if type(array) is ndarray and array.nbytes < limits[form]:
+            return library_method(sendbuf, recvbuf)
         return method(sendbuf, recvbuf)
     shortcut.__name__, shortcut.__doc__ = method.__name__, method.__doc__
     return shortcut

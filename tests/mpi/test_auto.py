@@ -420,37 +420,3 @@ def test_verify_choice_must_be_the_same_on_every_rank():
         comm = sparsecoll.wrap(raw, verify_choice=RANK == 0)
         with pytest.raises(ValueError, match="verify_choice"):
             persistent_alltoall(comm, raw, 64, spec=False)
-
-
-def test_large_plain_calls_go_to_the_library_after_one_comparison(monkeypatch):
-    """A table that says direct below 1 KiB blocks and native from there on: a call whose plain
-    receive array holds blocks of at least 1 KiB reaches the library without reading its size
-    class (no ``quick_size_class``, no parse); a spec, an uneven array and a small call still take
-    the dispatch; every result is the library's."""
-    from sparsecoll.model import choice
-    from sparsecoll.runtime import auto
-
-    def direct_then_native(seconds, native_allowed=True):
-        limit = choice.size_class(1024)
-        return [["direct" if c < limit else choice.NATIVE for c in range(choice.CLASSES)] for _ in range(3)]
-
-    monkeypatch.setattr(choice, "decide", direct_then_native)
-    read = []
-    quick = auto.quick_size_class
-    monkeypatch.setattr(auto, "quick_size_class", lambda recvbuf, indegree: read.append(1) or quick(recvbuf, indegree))
-    with two_ring() as raw:
-        comm = sparsecoll.wrap(raw)
-        first = True
-        for nbytes, plain, expect_read in ((8, True, True), (4096, True, False), (1024, True, False),
-                                           (4096, False, True), (16, True, True), (65536, True, False)):
-            for form in ("blocking", "nonblocking"):
-                send = (numpy.arange(2 * nbytes, dtype="u1") + RANK).astype("u1")
-                got = numpy.zeros(2 * nbytes, dtype="u1")
-                before = len(read)
-                spec = got if plain else [got, nbytes, MPI.BYTE]
-                assert assert_alltoall_matches_library(comm, raw, form, send, got, spec, nbytes), (nbytes, form)
-                if not first:  # the first call decides (parses)
-                    assert (len(read) > before) == expect_read, (nbytes, plain, form)
-                first = False
-        assert comm.__dict__["Neighbor_alltoall"].__name__ == "Neighbor_alltoall"
-        assert_same_on_every_rank(comm.plan_stats("alltoall", block_bytes=65536)["algorithm"])

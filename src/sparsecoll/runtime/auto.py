@@ -22,9 +22,7 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   A form whose table says ``native`` for every class below some size gets a shortcut: a
   call whose numpy receive array (plain or in a buffer spec) is smaller than that goes to the library after one
   comparison (:attr:`AutoDispatch.library_below`), since parsing the arguments to find the
-  class costs a microsecond, which several ranks per core turn into tens; likewise a form whose
-  table says ``native`` from some size on sends a call with a plain receive array at least that
-  large (evenly split, contiguous) to the library (:attr:`AutoDispatch.library_from`).
+  class costs a microsecond, which several ranks per core turn into tens.
 * **Protocol candidates** (``common_neighbor``, ``distance_halving``) are predicted from an
   estimate until built. Where one is predicted to win, the call runs the best built
   candidate until the collective has been called :data:`REPEATS` times with that size
@@ -68,7 +66,6 @@ happen on every rank at the same call.
 
 from __future__ import annotations
 
-import math
 import time
 from functools import partial
 
@@ -170,10 +167,6 @@ class AutoDispatch:
         #: form -> receive-array bytes under which a call goes to the library (see :meth:`_library_limit`);
         #: updated whenever the tables are decided again, so the wrapper's shortcut reads it per call.
         self.library_below: dict = {}
-        #: form -> plain receive-array bytes from which on a call goes to the library (inf: none; see
-        #: :meth:`_library_limits`), updated with ``library_below``
-        self.library_from: dict = {}
-        self.indegree = runtime.topology.indegree
         self._settled = {form: [None] * model.CLASSES for form in ("blocking", "nonblocking")}
         #: receive blocks of a regular call (0 for the v/w forms: :meth:`_size_class` parses them)
         self._in_blocks = runtime.topology.indegree if collective in REGULAR else 0
@@ -220,7 +213,7 @@ class AutoDispatch:
             name = names.pop() if len(names) == 1 else None
             if name is not None and (name == model.NATIVE or family.built(name)) and not self._plan.verify_choice:
                 self._uniform[form] = name
-            self.library_below[form], self.library_from[form] = self._library_limits(row)
+            self.library_below[form] = self._library_limit(row)
         #: form -> per size class, what a call runs once its choice is final (the library's method or
         #: the chosen algorithm's runtime call), filled by :meth:`_runner`; local work only: emptied
         #: here, whenever the tables change
@@ -228,26 +221,20 @@ class AutoDispatch:
             self._settled[form][:] = [None] * model.CLASSES
         self._uniform_runs: dict = {}  # form -> its runner, for a form in ``_uniform`` (no size class needed)
 
-    def _library_limits(self, row) -> tuple:
-        """Receive-array bytes under which, and (for a plain array) from which on, every call of a
-        form with this table row is the library's.
+    def _library_limit(self, row) -> int:
+        """Receive-buffer bytes under which every call of a form with this table row is the library's.
 
         A regular call's size class is that of its receive block, and its ``indegree`` receive
         blocks lie in its receive array, so an array of fewer than ``indegree * 2**(c-1)`` bytes
         has a class below ``c``: if every class below ``c`` is ``native``, such a call needs no
-        parse at all. A plain array is split evenly over the in-edges (mpi4py's rule), so one of
-        at least ``indegree * 2**(c-1)`` bytes has a class of at least ``c``: if every class from
-        ``c`` on is ``native``, neither does such a call. ``(0, inf)`` (no shortcut) when the
-        collective is pinned, not regular, checked online, or without in-edges.
+        parse at all. 0 (no
+        shortcut) when the collective is pinned, not regular, checked online, or without in-edges.
         """
         indegree = self._comm_runtime.topology.indegree
         if self.pinned is not None or self.collective not in REGULAR or self._plan.verify_choice or not indegree:
-            return 0, math.inf
+            return 0
         first = next((c for c, name in enumerate(row) if name != model.NATIVE), model.CLASSES)
-        last = max((c for c, name in enumerate(row) if name != model.NATIVE), default=-1)
-        below = 0 if first == 0 else indegree * 2 ** (first - 1)
-        above = math.inf if last in (-1, model.CLASSES - 1) else indegree * 2 ** last
-        return below, above
+        return 0 if first == 0 else indegree * 2 ** (first - 1)
 
     def native_forms(self) -> tuple:
         """Forms whose every call goes to the library, decided now for good (the wrapper may then
