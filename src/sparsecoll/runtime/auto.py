@@ -409,8 +409,9 @@ class AutoDispatch:
         return run(sendbuf, recvbuf)
 
     def persistent(self, _, sendbuf, recvbuf, info=MPI.INFO_NULL):
-        """A persistent request of the chosen algorithm (protocol candidates are built for it; a near
-        miss of the model is tried first: see the module)."""
+        """A persistent request of the chosen algorithm (protocol candidates are built for it; with
+        ``verify_choice``, the choice or the model's near miss is timed against native first: see
+        the module)."""
         size_class = self._size_class(sendbuf, recvbuf)
         name = self.choose("persistent", size_class, persistent=True)
         rival = self._trial_candidate(size_class)
