@@ -314,3 +314,11 @@ def test_auto_never_runs_a_library_call_known_to_be_wrong():
     shape = (3, choice.CLASSES)
     seconds = {"native": numpy.full(shape, 1.0), "direct": numpy.full(shape, 5.0)}
     assert {name for row in choice.decide(seconds, native_allowed=False) for name in row} == {"direct"}
+
+
+def test_library_version_drops_the_nul_open_mpi_ends_it_with(monkeypatch):
+    from mpi4py import MPI
+
+    from sparsecoll.model.profile import library_version
+    monkeypatch.setattr(MPI, "Get_library_version", lambda: "Open MPI v5.0.11, package: x\x00\nsecond line\n")
+    assert library_version() == "Open MPI v5.0.11, package: x"
