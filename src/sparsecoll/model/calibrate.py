@@ -94,24 +94,27 @@ def ping_pong(comm, sizes, reps: int, pairs: str = "one") -> list:
             elif partner is not None:
                 comm.Recv(view, partner, 7)
                 comm.Send(view, partner, 7)
-        times.append(_timed_samples(comm, reps, round_trip) / 2)  # idle ranks' near-0 never the maximum
+        times.append(timed_medians(comm, reps, round_trip)[0] / 2)  # idle ranks' near-0 never the maximum
     return times
 
 
-def _timed_samples(comm, reps: int, run) -> float:
-    """Median over ``reps`` samples (after :data:`WARMUP`) of the maximum over ranks of one
-    ``run()``'s time; each sample starts after a barrier. Collective; every rank gets it."""
+def timed_medians(comm, reps: int, *runs) -> list:
+    """Per run, the median over ``reps`` samples (after :data:`WARMUP`) of the maximum over ranks
+    of one ``run()``'s time; each sample starts after a barrier, and several runs alternate,
+    in turn first and last (forward on even repetitions, backward on odd ones). Collective
+    (one allreduce at the end); every rank gets the list."""
     from mpi4py import MPI
-    samples = numpy.zeros(reps)
+    samples = numpy.zeros((len(runs), reps))
     for rep in range(reps + WARMUP):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        run()
-        if rep >= WARMUP:
-            samples[rep - WARMUP] = time.perf_counter() - t0
+        for which in (range(len(runs)) if rep % 2 == 0 else reversed(range(len(runs)))):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            runs[which]()
+            if rep >= WARMUP:
+                samples[which, rep - WARMUP] = time.perf_counter() - t0
     worst = numpy.empty_like(samples)
     comm.Allreduce(samples, worst, op=MPI.MAX)
-    return float(numpy.median(worst))
+    return numpy.median(worst, axis=1).tolist()
 
 
 def burst_exchange(comm, points, reps: int, chain: int = CHAIN) -> list:
@@ -142,7 +145,7 @@ def burst_exchange(comm, points, reps: int, chain: int = CHAIN) -> list:
             for _ in range(chain):
                 MPI.Prequest.Startall(requests)
                 MPI.Request.Waitall(requests)
-        times.append(_timed_samples(comm, reps, steps) / chain)
+        times.append(timed_medians(comm, reps, steps)[0] / chain)
         for request in requests:
             request.Free()
     return times
@@ -172,7 +175,7 @@ def round_trip_chain(comm, nbytes: int, reps: int, chain: int = CHAIN) -> float:
             first.Wait()
             second.Start()
             second.Wait()
-    half = _timed_samples(comm, reps, round_trips) / (2 * chain)
+    half = timed_medians(comm, reps, round_trips)[0] / (2 * chain)
     for request in requests:
         request.Free()
     return half

@@ -47,12 +47,12 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   while a built candidate is predicted at most :data:`TRIAL_BAND` times native's time, the
   init makes both requests on scratch copies of the buffers (the user's receive buffer is
   not touched before ``Start``), starts them alternately :data:`PERSISTENT_TRIALS` times
-  each, after a barrier each time, as the bench and ``calibrate`` time a call (after
-  :data:`TRIAL_WARMUP` untimed starts), and one allreduce takes every start's time to the
-  maximum over ranks; the candidate wins if the median of its maxima is at most
-  :data:`TRIAL_WIN` times native's. The outcome is kept for the size class (every rank
-  holds the same: it came from the allreduce), so later requests of the class take it
-  untried. Only regular calls with numpy buffers (plain, or ``[array, count, type]``) on
+  each, after a barrier each time, as the bench and ``calibrate`` time a call
+  (:func:`sparsecoll.model.calibrate.timed_medians`, after its untimed warm-up starts), and one
+  allreduce takes every start's time to the maximum over ranks; the candidate wins if the
+  median of its maxima is at most :data:`TRIAL_WIN` times native's. The outcome is kept for
+  the size class (every rank holds the same: it came from the allreduce), so later requests
+  of the class take it untried. Only regular calls with numpy buffers (plain, or ``[array, count, type]``) on
   every rank are tried; others keep the model's choice. Not on by default: on the 16-core
   machine (``benchmarks/16core/README.md``) the trial's winners ran at 0.85-0.91 x native in
   the bench with every algorithm, but two of them at 1.04 and 1.10 x native in a bench of
@@ -73,6 +73,7 @@ import numpy
 from mpi4py import MPI
 
 from ..model import choice as model
+from ..model.calibrate import timed_medians
 from ..model.profile import FORMS, library_name, ranks_per_core
 from ..topology.placement import node_cores
 from ..topology.placement import resolve as resolve_placement
@@ -81,9 +82,8 @@ from ..topology.placement import resolve as resolve_placement
 REPEATS = 8
 #: Pairs of (choice, native) blocking calls timed by ``verify_choice`` per size class.
 TRIALS = 5
-#: Timed starts of each request in the trial of a persistent request, after TRIAL_WARMUP untimed ones.
+#: Timed starts of each request in the trial of a persistent request (after the calibration's WARMUP).
 PERSISTENT_TRIALS = 25
-TRIAL_WARMUP = 2
 #: A built candidate predicted at most this times native's time is tried against it at a persistent init.
 TRIAL_BAND = 1.0
 #: A tried candidate replaces ``native`` if its measured time is at most this times native's.
@@ -438,27 +438,18 @@ class AutoDispatch:
             self.persistent_trials[size_class] = {"candidate": rival, "winner": self.table[f][size_class],
                                                   "skipped": "a rank's buffers are not numpy arrays"}
             return self.table[f][size_class]
-        private = self._comm_runtime.private
         requests = [self._persistent_request(name, send, recv, info) for name in (rival, model.NATIVE)]
-        times = numpy.zeros((2, PERSISTENT_TRIALS))  # [rival, native] x trial
-        try:
-            for request in requests:  # first starts: set-up, not timed
-                for _ in range(TRIAL_WARMUP):
-                    request.Start()
-                    request.Wait()
-            for trial in range(PERSISTENT_TRIALS):  # as the bench and calibrate time a call
-                for which in ((0, 1) if trial % 2 == 0 else (1, 0)):
-                    private.Barrier()
-                    start = time.perf_counter()
-                    requests[which].Start()
-                    requests[which].Wait()
-                    times[which, trial] = time.perf_counter() - start
+
+        def started(request):
+            def run():
+                request.Start()
+                request.Wait()
+            return run
+        try:  # as the bench and calibrate time a call: a barrier before each, the slowest rank's time
+            worst = timed_medians(self._comm_runtime.private, PERSISTENT_TRIALS, *map(started, requests))
         finally:
             for request in requests:
                 request.Free()
-        slowest = numpy.empty_like(times)  # a collective takes as long as its slowest rank
-        private.Allreduce(times, slowest, op=MPI.MAX)
-        worst = numpy.median(slowest, axis=1)
         winner = rival if worst[0] <= TRIAL_WIN * worst[1] else model.NATIVE
         self.table[f][size_class] = self.fallback[f][size_class] = winner
         self.persistent_trials[size_class] = {"candidate": rival, "candidate_seconds": float(worst[0]),
