@@ -86,7 +86,7 @@ def exchange(comm, raw, collective: str, nbytes: int, form: str = "blocking"):
     return received, reference
 
 
-def assert_alltoall_matches_library(comm, raw, form: str, send, got, spec, nbytes: int) -> bool:
+def alltoall_matches_library(comm, raw, form: str, send, got, spec, nbytes: int) -> bool:
     """One ``form`` alltoall through ``comm`` into ``got`` (passed as ``spec``); True if it equals the
     library's on ``raw``."""
     if form == "blocking":
@@ -246,7 +246,7 @@ def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
                 bound, parsed = comm.schedules_bound, comm.runtime.cache_sizes()["parsed"]
                 # a plain array or a buffer spec (explicit counts without in-edges: ompi#14452, see exchange)
                 spec = got if nbytes % 2 and indegree else [got, nbytes, MPI.BYTE]
-                assert_alltoall_matches_library(comm, raw, form, send, got, spec, nbytes), key
+                assert alltoall_matches_library(comm, raw, form, send, got, spec, nbytes), key
                 if indegree and nbytes < 1024 and not first:  # the first call parses: it decides
                     assert comm.schedules_bound == bound and comm.runtime.cache_sizes()["parsed"] == parsed, key
                 elif nbytes >= 1024:
@@ -280,11 +280,22 @@ def test_settled_large_calls_go_to_the_library_without_a_parse(monkeypatch):
                 got = numpy.zeros(indegree * nbytes, dtype="u1")
                 parsed = comm.runtime.cache_sizes()["parsed"] if comm.runtime is not None else 0
                 spec = got if RANK == 0 and indegree else [got, nbytes, MPI.BYTE]
-                assert_alltoall_matches_library(comm, raw, form, send, got, spec, nbytes), (nbytes, form)
+                assert alltoall_matches_library(comm, raw, form, send, got, spec, nbytes), (nbytes, form)
                 key = (choice.size_class(nbytes), form)
                 if nbytes >= 1024 and key in seen and indegree:
                     assert comm.runtime.cache_sizes()["parsed"] == parsed, (nbytes, form)
                 seen.add(key)
+        # a spec's class is that of its count, whatever its array's size: 8 B blocks in an array
+        # that a plain 64 KiB call used run direct (a binding for the new array), and that
+        # array passed plain runs the library again (no binding)
+        for form in ("blocking", "nonblocking"):
+            send = (numpy.arange(outdegree * 65536, dtype="u1") + RANK).astype("u1")
+            big = numpy.zeros(indegree * 65536, dtype="u1")
+            bound = comm.schedules_bound
+            assert alltoall_matches_library(comm, raw, form, send, big, [big, 8, MPI.BYTE], 8), form
+            assert comm.schedules_bound == bound + 1, form
+            assert alltoall_matches_library(comm, raw, form, send, big, big, 65536), form
+            assert comm.schedules_bound == bound + 1, form
         assert comm.plan_stats("alltoall", block_bytes=8)["algorithm"] == "direct"
         assert comm.plan_stats("alltoall", block_bytes=4096)["algorithm"] == choice.NATIVE
         assert_same_on_every_rank(comm.plan_stats("alltoall", block_bytes=65536)["algorithm"])

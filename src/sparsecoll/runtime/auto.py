@@ -80,6 +80,8 @@ from ..topology.placement import resolve as resolve_placement
 
 #: Calls of one (collective, size class) after which a predicted-winning protocol candidate is built.
 REPEATS = 8
+#: Sizes per form whose runner a settled method keeps (one more: it forgets them all and starts over).
+MAX_KEPT_SIZES = 64
 #: Pairs of (choice, native) blocking calls timed by ``verify_choice`` per size class.
 TRIALS = 5
 #: Timed starts of each request in the trial of a persistent request (after the calibration's WARMUP).
@@ -168,6 +170,12 @@ class AutoDispatch:
         #: updated whenever the tables are decided again, so the wrapper's shortcut reads it per call.
         self.library_below: dict = {}
         self._settled = {form: [None] * model.CLASSES for form in ("blocking", "nonblocking")}
+        #: form -> {receive-array bytes: what a plain-array call with that many bytes runs}, the
+        #: settled runner of its size class found by one dict lookup (local work only: see
+        #: :meth:`settled_method`; emptied with ``_settled``)
+        self._settled_by_nbytes: dict = {form: {} for form in ("blocking", "nonblocking")}
+        #: form -> {block bytes: the same}, for calls with a ``[buffer, count, datatype]`` receive spec
+        self._settled_by_block: dict = {form: {} for form in ("blocking", "nonblocking")}
         #: receive blocks of a regular call (0 for the v/w forms: :meth:`_size_class` parses them)
         self._in_blocks = runtime.topology.indegree if collective in REGULAR else 0
         self._agree(local_class)
@@ -217,8 +225,10 @@ class AutoDispatch:
         #: form -> per size class, what a call runs once its choice is final (the library's method or
         #: the chosen algorithm's runtime call), filled by :meth:`_runner`; local work only: emptied
         #: here, whenever the tables change
-        for form in ("blocking", "nonblocking"):  # the lists stay the same objects (settled_method reads them)
+        for form in ("blocking", "nonblocking"):  # the dicts stay the same objects (settled_method reads them)
             self._settled[form][:] = [None] * model.CLASSES
+            self._settled_by_nbytes[form].clear()
+            self._settled_by_block[form].clear()
         self._uniform_runs: dict = {}  # form -> its runner, for a form in ``_uniform`` (no size class needed)
 
     def _library_limit(self, row) -> int:
@@ -344,17 +354,49 @@ class AutoDispatch:
         (the library's method or the algorithm's runtime call, from ``_settled``), without the
         wrapper's and this dispatch's frames; None where no call can take that path (a pinned or
         irregular collective, the online check, no in-edges). Local work only: the runner is the
-        one :meth:`blocking` / :meth:`nonblocking` would run."""
+        one :meth:`blocking` / :meth:`nonblocking` would run.
+
+        A plain receive array's class depends on its byte count alone, and a ``[buffer, count,
+        datatype]`` spec's on ``count`` x the datatype's size, so the runner is also kept by
+        that number (:meth:`_first_settled_call`): such a call then costs one dict lookup
+        before the runner (reading the class with :func:`quick_size_class` cost 0.2 us per
+        call on the 2-core VM, which 4 ranks per core turned into 4-6 us of an 8-rank call's
+        90). An array that mpi4py cannot split (uneven, not contiguous) is never kept; a later
+        one of a kept size fails in the runner, as in any other."""
         if self.pinned is not None or not self._in_blocks or self._plan.verify_choice:
             return None
-        indegree, runs = self._in_blocks, self._settled[form]  # the same list for the dispatch's life
+        by_nbytes, by_block = self._settled_by_nbytes[form], self._settled_by_block[form]  # the same for good
+        ndarray, datatype = numpy.ndarray, MPI.Datatype
+        first_call = partial(self._first_settled_call, form, method)
 
         def call(sendbuf, recvbuf):
-            size_class = quick_size_class(recvbuf, indegree)
-            run = runs[size_class] if size_class >= 0 else None
-            return run(sendbuf, recvbuf) if run is not None else method(sendbuf, recvbuf)
+            kind = type(recvbuf)
+            if kind is ndarray:
+                run = by_nbytes.get(recvbuf.nbytes)
+            elif ((kind is list or kind is tuple) and len(recvbuf) == 3 and type(recvbuf[2]) is datatype
+                  and type(recvbuf[1]) is int):  # a block of count x datatype (quick_size_class's rule)
+                run = by_block.get(recvbuf[1] * recvbuf[2].Get_size())
+            else:
+                run = None
+            return run(sendbuf, recvbuf) if run is not None else first_call(sendbuf, recvbuf)
         call.__name__, call.__doc__ = method.__name__, method.__doc__
         return call
+
+    def _first_settled_call(self, form: str, method, sendbuf, recvbuf):
+        """A call the settled method found no runner for: ``method`` runs it (and settles its class
+        where the choice is final); a plain array's runner is then kept by its byte count."""
+        size_class = quick_size_class(recvbuf, self._in_blocks)
+        run = self._settled[form][size_class] if size_class >= 0 else None
+        if run is None:
+            return method(sendbuf, recvbuf)
+        if type(recvbuf) is numpy.ndarray:
+            kept, nbytes = self._settled_by_nbytes[form], recvbuf.nbytes
+        else:  # a [buffer, count, datatype] spec: quick_size_class read it
+            kept, nbytes = self._settled_by_block[form], recvbuf[1] * recvbuf[2].Get_size()
+        if len(kept) >= MAX_KEPT_SIZES:
+            kept.clear()
+        kept[nbytes] = run
+        return run(sendbuf, recvbuf)
 
     def _call_plan(self, name: str):
         call = self._calls.get(name)
