@@ -17,6 +17,7 @@ import numpy
 from mpi4py import MPI
 
 import sparsecoll
+from sparsecoll.model.profile import library_version
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--edges", type=int, default=8)
@@ -54,7 +55,7 @@ for name, form, call in calls:
     seconds = min(timeit.Timer(call, timer=time.process_time).repeat(number=args.number, repeat=args.repeat))
     print(f"{form:>18}  {name:>6}  {seconds / args.number * 1e6:6.3f} us CPU per call")
 print(f"{args.edges} self edges, {args.bytes} B blocks, direct makes {len(stage)} requests; "
-      f"{MPI.Get_library_version().replace(chr(0), '').splitlines()[0]}")
+      f"{library_version()}")
 for request in persistent.values():
     request.Free()
 executor.free()

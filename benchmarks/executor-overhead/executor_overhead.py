@@ -15,6 +15,7 @@ import numpy
 from mpi4py import MPI
 
 import sparsecoll
+from sparsecoll.model.profile import library_version
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--edges", type=int, default=8)
@@ -76,5 +77,5 @@ for form in args.forms.split(","):
             line.append(f"{name}/native median {med:.3f} ({q1:.3f}-{q3:.3f})")
         print("  ".join(line), flush=True)
 if rank == 0:
-    print(f"{size} ranks, {args.edges} edges, {args.bytes} B blocks, {MPI.Get_library_version().splitlines()[0]}")
+    print(f"{size} ranks, {args.edges} edges, {args.bytes} B blocks, {library_version()}")
 graph.Free()

@@ -15,6 +15,7 @@ import numpy
 from mpi4py import MPI
 
 import sparsecoll
+from sparsecoll.model.profile import library_version
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--reps", type=int, default=3000)
@@ -56,7 +57,7 @@ rows = [(name, compute) for name in ("cartesian", "direct") for compute in (0.0,
 results = {row: timed(*row) for row in rows}
 if world.Get_rank() == 0:
     thread = os.environ.get("SPARSECOLL_PROGRESS_THREAD", "1")
-    library = MPI.Get_library_version().splitlines()[0][:40]
+    library = library_version()[:40]
     print(f"progress thread {'off' if thread in ('0', 'false', 'no') else 'on'} "
           f"(thread level {MPI.Query_thread()}, {world.Get_size()} ranks, {library})")
     for (name, compute), (q1, med, q3) in results.items():

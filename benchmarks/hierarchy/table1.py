@@ -95,7 +95,7 @@ def main() -> None:
         hier.Free()
     library.Free()
     if rank == 0:
-        print(f"{MPI.Get_library_version().splitlines()[0].strip()}; {args.reps} repetitions")
+        print(f"{MPI.Get_library_version().replace(chr(0), '').splitlines()[0].strip()}; {args.reps} repetitions")
         if args.csv:
             with open(args.csv, "w", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     L, S = (int(x) for x in args.placement.split("x"))
     failures = 0
     if world.Get_rank() == 0:
-        print(f"{world.Get_size()} ranks, {MPI.Get_library_version().splitlines()[0]}", flush=True)
+        print(f"{world.Get_size()} ranks, {MPI.Get_library_version().replace(chr(0), '').splitlines()[0]}", flush=True)
     for spec in args.specs.split(";"):
         for algorithm in args.algorithms.split(","):
             families = ("allgather",) if algorithm == "distance_halving" else ("allgather", "alltoall")
