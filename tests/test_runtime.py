@@ -1,4 +1,5 @@
-"""The runtime's pure parts: tag channels, plan keys, option checks, the parse cache."""
+"""The runtime's pure parts: tag channels, plan keys, option checks, the parse cache, auto's
+reading of a call's block size."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy
 import pytest
 from mpi4py import MPI
 
+from sparsecoll.runtime.auto import quick_size_class, spec_block_bytes
 from sparsecoll.runtime.caches import ParseCache, call_signature
 from sparsecoll.runtime.channels import GUARANTEED_TAG_UB, NONBLOCKING_CHANNELS, Channels
 from sparsecoll.runtime.plan import make_plan
@@ -146,3 +148,22 @@ def test_the_array_parse_cache_checks_identity_and_layout():
     assert cache.recall_arrays("alltoall", send, other) is None
     cache.clear()
     assert len(cache) == 0
+
+
+def test_auto_reads_the_block_size_of_every_argument_shape_mpi4py_splits():
+    """The bytes of one of 4 receive blocks, as mpi4py's parse would split them (-1: parse it)."""
+    array = numpy.zeros(64, "u1")
+    resized = MPI.BYTE.Create_resized(0, 2).Commit()  # 1 byte of data every 2 bytes
+    try:
+        assert quick_size_class(array, 4) == 5  # 16 B blocks: class [16, 32)
+        assert spec_block_bytes([array, 3, MPI.INT], 4) == 12
+        assert spec_block_bytes((array, MPI.BYTE), 4) == 16
+        assert spec_block_bytes([array, resized], 4) == 8  # 8 datatypes of 1 byte each
+        assert spec_block_bytes([array.view("f8"), MPI.DOUBLE], 4) == 16
+        assert quick_size_class([array, 3, MPI.INT], 4) == 4  # 12 B
+        for unread in ([array, -1, MPI.BYTE], [array, 8, MPI.DATATYPE_NULL], [array, MPI.DATATYPE_NULL],
+                       [array[:-1], MPI.BYTE], [array, MPI.BYTE, 0], [array[::2], MPI.BYTE], [array, 8.0, MPI.BYTE]):
+            assert spec_block_bytes(unread, 4) == -1, unread
+        assert quick_size_class(array[:-1], 4) == quick_size_class(array[::2], 4) == quick_size_class(array, 0) == -1
+    finally:
+        resized.Free()

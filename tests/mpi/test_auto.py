@@ -259,7 +259,9 @@ def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
 def test_settled_large_calls_go_to_the_library_without_a_parse(monkeypatch):
     """A table that says direct below 1 KiB blocks and native above: once a size class has run,
     its calls run their final choice straight from the wrapper (no parse for a native one); ranks
-    pass plain arrays (rank 0) or buffer specs (the others), and the data matches the library."""
+    pass plain arrays (rank 0), ``[array, datatype]`` specs (rank 1) or ``[array, count,
+    datatype]`` specs (the others), and the data matches the library; a spec the parse rejects
+    raises its error naming ``recvbuf`` on every rank, settled or not."""
     from sparsecoll.model import choice
 
     def direct_then_native(seconds, native_allowed=True):
@@ -279,7 +281,7 @@ def test_settled_large_calls_go_to_the_library_without_a_parse(monkeypatch):
                 send = (numpy.arange(outdegree * nbytes, dtype="u1") + RANK).astype("u1")
                 got = numpy.zeros(indegree * nbytes, dtype="u1")
                 parsed = comm.runtime.cache_sizes()["parsed"] if comm.runtime is not None else 0
-                spec = got if RANK == 0 and indegree else [got, nbytes, MPI.BYTE]
+                spec = got if RANK == 0 else [got, MPI.BYTE] if RANK == 1 else [got, nbytes, MPI.BYTE]
                 assert alltoall_matches_library(comm, raw, form, send, got, spec, nbytes), (nbytes, form)
                 key = (choice.size_class(nbytes), form)
                 if nbytes >= 1024 and key in seen and indegree:
@@ -296,6 +298,10 @@ def test_settled_large_calls_go_to_the_library_without_a_parse(monkeypatch):
             assert comm.schedules_bound == bound + 1, form
             assert alltoall_matches_library(comm, raw, form, send, big, big, 65536), form
             assert comm.schedules_bound == bound + 1, form
+            for bad, fault in (([big, 8, MPI.DATATYPE_NULL], "DATATYPE_NULL"), ([big, -1, MPI.BYTE], "negative"),
+                               ([big[:-1], MPI.BYTE], "recvbuf")):
+                with pytest.raises(ValueError, match=fault):
+                    comm.Neighbor_alltoall([send, 8, MPI.BYTE], bad)
         assert comm.plan_stats("alltoall", block_bytes=8)["algorithm"] == "direct"
         assert comm.plan_stats("alltoall", block_bytes=4096)["algorithm"] == choice.NATIVE
         assert_same_on_every_rank(comm.plan_stats("alltoall", block_bytes=65536)["algorithm"])

@@ -99,20 +99,42 @@ def quick_size_class(recvbuf, indegree: int) -> int:
     """The size class of a regular call with ``indegree`` receive blocks read without a parse, or -1.
 
     A plain C-contiguous numpy receive array is split evenly over the in-edges (mpi4py's rule for
-    a buffer without a count), so its block is ``nbytes // indegree``; a ``[buffer, count,
-    datatype]`` spec has blocks of ``count`` x ``datatype``. Anything else (other specs, an uneven
-    split, which the parse rejects, no in-edges) gives -1: the caller parses. (The runtime parses
-    the call once more to run it, and a second parse per call cost 1-3 us here.) A spec whose
-    buffer is too small for its count fails in whichever call runs it."""
+    a buffer without a count), so its block is ``nbytes // indegree``; a buffer spec's block is
+    :func:`spec_block_bytes`. Anything else (other specs, an uneven split, which the parse
+    rejects, no in-edges) gives -1: the caller parses. (The runtime parses the call once more to
+    run it, and a second parse per call cost 1-3 us here.) A spec whose buffer is too small for
+    its count fails in whichever call runs it."""
     if indegree:
         kind = type(recvbuf)
         if kind is numpy.ndarray:
             nbytes = recvbuf.nbytes
             if not nbytes % indegree and recvbuf.flags.c_contiguous:
                 return min((nbytes // indegree).bit_length(), LAST_CLASS)  # model.size_class, inlined
-        elif ((kind is list or kind is tuple) and len(recvbuf) == 3 and type(recvbuf[1]) is int
-              and type(recvbuf[2]) is MPI.Datatype):
-            return min((recvbuf[1] * recvbuf[2].Get_size()).bit_length(), LAST_CLASS)
+        elif kind is list or kind is tuple:
+            nbytes = spec_block_bytes(recvbuf, indegree)
+            if nbytes >= 0:
+                return min(nbytes.bit_length(), LAST_CLASS)
+    return -1
+
+
+def spec_block_bytes(spec, indegree: int) -> int:
+    """The bytes of one of ``indegree`` receive blocks of a buffer spec read without a parse, or -1.
+
+    ``[buffer, count, datatype]``: ``count`` x the datatype's size. ``[array, datatype]`` (a numpy
+    array): mpi4py splits the array's extents evenly over the in-edges, so ``nbytes // (extent x
+    indegree)`` datatypes a block, where that split is even. Any other spec, a negative count, or
+    a datatype whose size cannot be read (``DATATYPE_NULL``, freed) gives -1: the parse then
+    names the fault."""
+    try:
+        if len(spec) == 3 and type(spec[1]) is int and type(spec[2]) is MPI.Datatype and spec[1] >= 0:
+            return spec[1] * spec[2].Get_size()
+        if len(spec) == 2 and type(spec[0]) is numpy.ndarray and type(spec[1]) is MPI.Datatype and indegree:
+            array, datatype = spec
+            per_edge = datatype.extent * indegree
+            if per_edge > 0 and not array.nbytes % per_edge and array.flags.c_contiguous:
+                return array.nbytes // per_edge * datatype.size
+    except MPI.Exception:
+        pass
     return -1
 
 
@@ -366,6 +388,7 @@ class AutoDispatch:
         if self.pinned is not None or not self._in_blocks or self._plan.verify_choice:
             return None
         by_nbytes, by_block = self._settled_by_nbytes[form], self._settled_by_block[form]  # the same for good
+        indegree = self._in_blocks
         ndarray, datatype = numpy.ndarray, MPI.Datatype
         first_call = partial(self._first_settled_call, form, method)
 
@@ -373,9 +396,14 @@ class AutoDispatch:
             kind = type(recvbuf)
             if kind is ndarray:
                 run = by_nbytes.get(recvbuf.nbytes)
-            elif ((kind is list or kind is tuple) and len(recvbuf) == 3 and type(recvbuf[2]) is datatype
-                  and type(recvbuf[1]) is int):  # a block of count x datatype (quick_size_class's rule)
-                run = by_block.get(recvbuf[1] * recvbuf[2].Get_size())
+            elif (kind is list or kind is tuple) and len(recvbuf) == 3 and type(recvbuf[2]) is datatype:
+                # spec_block_bytes's first rule without its frame (the common spec of this form)
+                try:
+                    run = by_block.get(recvbuf[1] * recvbuf[2].Get_size())
+                except MPI.Exception:  # a datatype without a size: the parse names it
+                    run = None
+            elif kind is list or kind is tuple:
+                run = by_block.get(spec_block_bytes(recvbuf, indegree))
             else:
                 run = None
             return run(sendbuf, recvbuf) if run is not None else first_call(sendbuf, recvbuf)
@@ -391,8 +419,8 @@ class AutoDispatch:
             return method(sendbuf, recvbuf)
         if type(recvbuf) is numpy.ndarray:
             kept, nbytes = self._settled_by_nbytes[form], recvbuf.nbytes
-        else:  # a [buffer, count, datatype] spec: quick_size_class read it
-            kept, nbytes = self._settled_by_block[form], recvbuf[1] * recvbuf[2].Get_size()
+        else:  # a buffer spec, which quick_size_class read
+            kept, nbytes = self._settled_by_block[form], spec_block_bytes(recvbuf, self._in_blocks)
         if len(kept) >= MAX_KEPT_SIZES:
             kept.clear()
         kept[nbytes] = run
