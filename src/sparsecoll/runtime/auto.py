@@ -196,7 +196,7 @@ class AutoDispatch:
         #: settled runner of its size class found by one dict lookup (local work only: see
         #: :meth:`settled_method`; emptied with ``_settled``)
         self._settled_by_nbytes: dict = {form: {} for form in ("blocking", "nonblocking")}
-        #: form -> {block bytes: the same}, for calls with a ``[buffer, count, datatype]`` receive spec
+        #: form -> {block bytes: the same}, for calls with a receive buffer spec (:func:`spec_block_bytes`)
         self._settled_by_block: dict = {form: {} for form in ("blocking", "nonblocking")}
         #: receive blocks of a regular call (0 for the v/w forms: :meth:`_size_class` parses them)
         self._in_blocks = runtime.topology.indegree if collective in REGULAR else 0
@@ -378,9 +378,9 @@ class AutoDispatch:
         irregular collective, the online check, no in-edges). Local work only: the runner is the
         one :meth:`blocking` / :meth:`nonblocking` would run.
 
-        A plain receive array's class depends on its byte count alone, and a ``[buffer, count,
-        datatype]`` spec's on ``count`` x the datatype's size, so the runner is also kept by
-        that number (:meth:`_first_settled_call`): such a call then costs one dict lookup
+        A plain receive array's class depends on its byte count alone, and a buffer spec's on
+        its block bytes (:func:`spec_block_bytes`), so the runner is also kept by that number
+        (:meth:`_first_settled_call`): such a call then costs one dict lookup
         before the runner (reading the class with :func:`quick_size_class` cost 0.2 us per
         call on the 2-core VM, which 4 ranks per core turned into 4-6 us of an 8-rank call's
         90). An array that mpi4py cannot split (uneven, not contiguous) is never kept; a later
@@ -412,7 +412,8 @@ class AutoDispatch:
 
     def _first_settled_call(self, form: str, method, sendbuf, recvbuf):
         """A call the settled method found no runner for: ``method`` runs it (and settles its class
-        where the choice is final); a plain array's runner is then kept by its byte count."""
+        where the choice is final); the runner is then kept by the array's bytes or the spec's
+        block bytes."""
         size_class = quick_size_class(recvbuf, self._in_blocks)
         run = self._settled[form][size_class] if size_class >= 0 else None
         if run is None:
