@@ -233,15 +233,6 @@ BUILTIN = Profile(
 )
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (its own affinity; the node's for a job:
-    :func:`sparsecoll.topology.placement.node_cores`)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def ranks_per_core(size: int, placement, cores: int) -> float:
     """The load a communicator of ``size`` ranks placed by ``placement`` puts on the ``cores`` its
     ranks on this node may run on (:func:`sparsecoll.topology.placement.node_cores`)."""

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..model.profile import usable_cores
+from ..topology.placement import usable_cores
 
 
 def inside_mpi_launch() -> bool:

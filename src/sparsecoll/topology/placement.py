@@ -148,12 +148,23 @@ def override(size: int, ranks_per_socket=None, sockets_per_node=None) -> Placeme
     return None
 
 
+def process_cpus() -> set:
+    """The CPUs this process may run on (its affinity; every CPU where that cannot be read)."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return set(range(os.cpu_count() or 1))
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (the launcher's view, before any rank exists; a job's ranks
+    on a node may run on :func:`node_cores`)."""
+    return len(process_cpus())
+
+
 def cpu_packages(cpus=None) -> set:
     """Physical package ids of ``cpus`` (default: this process's affinity); empty if unknown."""
-    try:
-        cpus = os.sched_getaffinity(0) if cpus is None else cpus
-    except AttributeError:  # not Linux
-        return set()
+    cpus = process_cpus() if cpus is None else cpus
     packages = set()
     for cpu in cpus:
         try:
@@ -170,10 +181,7 @@ def node_cores(comm) -> int:
     to one core (Open MPI's default when every rank has a core) leaves every rank an affinity of
     one core, which is not the node's. A communicator that cannot be split (the simulator's
     virtual ranks) counts this process's own affinity."""
-    try:
-        mine = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        mine = list(range(os.cpu_count() or 1))
+    mine = sorted(process_cpus())
     split = getattr(comm, "Split_type", None)
     if split is None:
         return len(mine)
