@@ -396,14 +396,14 @@ class AutoDispatch:
             kind = type(recvbuf)
             if kind is ndarray:
                 run = by_nbytes.get(recvbuf.nbytes)
-            elif (kind is list or kind is tuple) and len(recvbuf) == 3 and type(recvbuf[2]) is datatype:
-                # spec_block_bytes's first rule without its frame (the common spec of this form)
-                try:
-                    run = by_block.get(recvbuf[1] * recvbuf[2].Get_size())
-                except MPI.Exception:  # a datatype without a size: the parse names it
-                    run = None
             elif kind is list or kind is tuple:
-                run = by_block.get(spec_block_bytes(recvbuf, indegree))
+                if len(recvbuf) == 3 and type(recvbuf[2]) is datatype:
+                    try:  # spec_block_bytes's first rule without its frame (the spec the bench passes)
+                        run = by_block.get(recvbuf[1] * recvbuf[2].Get_size())
+                    except MPI.Exception:  # a datatype without a size: the parse names it
+                        run = None
+                else:
+                    run = by_block.get(spec_block_bytes(recvbuf, indegree))
             else:
                 run = None
             return run(sendbuf, recvbuf) if run is not None else first_call(sendbuf, recvbuf)
