@@ -167,3 +167,14 @@ def test_auto_reads_the_block_size_of_every_argument_shape_mpi4py_splits():
         assert quick_size_class(array[:-1], 4) == quick_size_class(array[::2], 4) == quick_size_class(array, 0) == -1
     finally:
         resized.Free()
+
+
+def test_progress_thread_backs_off_while_calls_drive_progress_and_returns_when_it_steps_in():
+    """Each look that finds nothing to do doubles the wait up to the longest; stepping in resets it."""
+    from sparsecoll.runtime.progress import PROGRESS_INTERVAL, PROGRESS_INTERVAL_MAX, next_look
+    interval, waits = PROGRESS_INTERVAL, []
+    for _ in range(12):
+        interval = next_look(interval, stepped_in=False)
+        waits.append(interval)
+    assert waits[0] == 2 * PROGRESS_INTERVAL and waits == sorted(waits) and waits[-1] == PROGRESS_INTERVAL_MAX
+    assert next_look(PROGRESS_INTERVAL_MAX, stepped_in=True) == PROGRESS_INTERVAL

@@ -585,13 +585,20 @@ def test_two_outstanding_calls_waited_in_opposite_orders(algorithm):
 @pytest.mark.parametrize("algorithm", sorted(MULTI_STEP))
 def test_wait_completes_while_a_peer_is_blocked_in_recv(algorithm):
     """Case 4b: rank 0 starts a multi-step Ineighbor_allgather and blocks in WORLD.Recv from
-    rank 1 before waiting; rank 1 waits its call, then sends to rank 0 (MPI completes both)."""
+    rank 1 before waiting; rank 1 waits its call, then sends to rank 0 (MPI completes both).
+    Calls the rank waits itself come first, so the progress thread has backed off (looks
+    seldom) when rank 0 blocks: it still steps in."""
     if SIZE < 2:
         pytest.skip("needs 2 ranks")
     comm = MULTI_STEP[algorithm]()
     try:
         with agreed_failures() as failures:
-            call = start(comm, "allgather", Exchange(neighborhood(comm), "allgather"), uniform(2), salt=3, label="call")
+            exchange = Exchange(neighborhood(comm), "allgather")
+            for _ in range(30):  # ~40 ms of requests in flight, each waited 1 ms after its start
+                driven = start(comm, "allgather", exchange, uniform(2), salt=5, label="driven")
+                time.sleep(0.001)
+                driven.request.Wait()
+            call = start(comm, "allgather", exchange, uniform(2), salt=3, label="call")
             token = numpy.full(1, -1, dtype="i4")
             if RANK == 0:
                 WORLD.Recv(token, source=1, tag=404)
