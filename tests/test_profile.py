@@ -30,6 +30,16 @@ def test_a_profile_file_round_trips(tmp_path):
     assert loaded.path == str(path)
 
 
+def test_one_combined_factor_stands_for_both_families(tmp_path):
+    """A profile may give ``combined_factor`` as one number (both families) or one per family."""
+    data = builtin_json()
+    data["loads"][1]["sparsecoll"]["combined_factor"] = 3
+    data["loads"][0]["sparsecoll"]["combined_factor"] = {"allgather": 1.25, "alltoall": 2.5}
+    loaded = Profile.load(write(tmp_path, data))
+    assert loaded.loads[1].combined_factor == {"allgather": 3.0, "alltoall": 3.0}
+    assert loaded.loads[0].combined_factor == {"allgather": 1.25, "alltoall": 2.5}
+
+
 @pytest.mark.parametrize("edit, key", [
     (lambda d: d["loads"][0]["levels"].pop("socket"), "loads[0].levels.socket"),
     (lambda d: d["loads"][0]["native"]["per_call"].pop("persistent"), "loads[0].native.per_call.persistent"),
@@ -45,6 +55,11 @@ def test_a_profile_file_round_trips(tmp_path):
     (lambda d: d["loads"][0]["rma"].__setitem__("byte_factor", -2.0), "loads[0].rma.byte_factor"),
     (lambda d: d["loads"][0]["rma"].__setitem__("per_message", "cheap"), "loads[0].rma.per_message"),
     (lambda d: d["loads"][0]["rma"].pop("per_message"), "loads[0].rma.per_message"),
+    (lambda d: d["loads"][0]["sparsecoll"].__setitem__("combined_factor", 0.5), "loads[0].sparsecoll.combined_factor"),
+    (lambda d: d["loads"][0]["sparsecoll"]["combined_factor"].pop("alltoall"),
+     "loads[0].sparsecoll.combined_factor.alltoall"),
+    (lambda d: d["loads"][0]["sparsecoll"]["combined_factor"].__setitem__("allgather", 0.9),
+     "loads[0].sparsecoll.combined_factor.allgather"),
 ])
 def test_bad_profiles_name_the_file_and_the_key(tmp_path, edit, key):
     data = builtin_json()
@@ -167,7 +182,7 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
     levels = {level: {"alpha": alpha, "beta": beta, "overhead": overhead} for level in LEVELS}
     levels["self"] = {"alpha": 0.0, "beta": 0.1e-9, "overhead": overhead}
     truth = Load(1.0, levels, {"blocking": 9e-6, "nonblocking": 12e-6, "persistent": 4e-6}, 6e-6,
-                 {"blocking": 5e-6, "nonblocking": 6e-6, "persistent": 3e-6}, 2.5,
+                 {"blocking": 5e-6, "nonblocking": 6e-6, "persistent": 3e-6}, {"allgather": 1.5, "alltoall": 2.5},
                  {"per_message": -0.2e-6, "byte_factor": 1.7})
 
     def ring(per_call, edges, block):
@@ -211,7 +226,7 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
     for form in ("blocking", "persistent"):
         assert fitted.sparsecoll_per_call[form] == pytest.approx(truth.sparsecoll_per_call[form], rel=1e-3)
     assert fitted.sparsecoll_per_step == pytest.approx(truth.sparsecoll_per_step, rel=1e-3)
-    assert fitted.combined_factor == pytest.approx(truth.combined_factor, rel=1e-3)
+    assert fitted.combined_factor == pytest.approx(truth.combined_factor, rel=1e-3)  # each family's own
     assert fitted.rma["per_message"] == pytest.approx(truth.rma["per_message"], rel=1e-3)
     assert fitted.rma["byte_factor"] == pytest.approx(truth.rma["byte_factor"], rel=1e-3)
     # direct faster on the stencil than the model says (the library paying more per edge) never

@@ -242,7 +242,8 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
       gain instead;
     * ``per_step`` and ``combined_factor``: what makes the model's difference ``cartesian`` -
       ``direct`` equal the measured one at 8 B and at 64 KiB (two equations: per extra step,
-      per byte of combined messages), the largest over both families; ``base``'s per-step
+      per byte of combined messages): ``per_step`` the largest over both families,
+      ``combined_factor`` one per family (see :mod:`.profile` for why); ``base``'s per-step
       cost where the stencil gives ``cartesian`` no more steps than ``direct`` (2 ranks).
 
     So the model charges sparsecoll's schedules what they cost on a neighborhood of the
@@ -291,7 +292,7 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
         ours[form] = max(ours[form] + max(missing, 0.0), 0.0)  # never below what one edge shows
     load = replace(load, sparsecoll_per_call=dict(ours))
     # cartesian - direct, at 8 B and 64 KiB: extra steps and combined bytes, solved together per family
-    per_step, factor, observed = 0.0, 1.0, False
+    per_step, factors, observed = 0.0, {}, False
     for family in families:
         missing_small, costs = gap("cartesian", "direct", family, "blocking", small, load)
         missing_large, _ = gap("cartesian", "direct", family, "blocking", large, load)
@@ -306,12 +307,12 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
             observed = True
             per_step = max(per_step, (missing_small - per_byte * CLASS_BYTES[size_class(small)] * extra_factor)
                            / extra_steps)
-        factor = max(factor, 1.0 + extra_factor)
+        factors[family] = min(max(1.0 + extra_factor, 1.0), 100.0)
     # the per-call costs fitted so far hold direct's one step: charge it as a step from now on;
     # a stencil on which cartesian takes no more steps than direct (2 ranks: a dimension of 1)
     # cannot show the cost of a step, so base's stands (0 would make every extra step free)
     per_step = max(per_step, 0.0) if observed else base.sparsecoll_per_step
-    load = replace(load, sparsecoll_per_step=per_step, combined_factor=min(factor, 100.0),
+    load = replace(load, sparsecoll_per_step=per_step, combined_factor=factors,
                    sparsecoll_per_call={form: max(cost - per_step, 0.0) for form, cost in ours.items()})
     return replace(load, rma=fit_rma(stencil, load))
 

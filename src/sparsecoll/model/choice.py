@@ -10,8 +10,8 @@ of the 2023 paper's eq. 4 charges a rank both), ``alpha``, ``beta`` and ``overhe
 of the message's placement level (``self``, ``socket``, ``node``, ``network``), ``per_call`` is
 sparsecoll's (or, for ``native``, the library's) cost of one call of that form, and
 ``per_step`` sparsecoll's cost of one scheduling round (``native`` runs one step and pays no
-``per_step``), and a byte in a message that combines several blocks costs ``combined_factor``
-times ``beta`` (the library moves it as a derived datatype). So a multi-step schedule is
+``per_step``), and a byte in a message that combines several blocks costs the family's
+``combined_factor`` times ``beta`` (the library moves it as a derived datatype). So a multi-step schedule is
 charged for what it costs here. sparsecoll's
 executor sends the small messages of a step to one peer as one
 (:func:`sparsecoll.execute.p2p.wire_runs`), so its messages are counted per size class as they
@@ -115,7 +115,7 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
     level_of = _level_of(placement, pattern.rank)
     per_call = load.native_per_call if native else load.sparsecoll_per_call
     per_step = 0.0 if native else load.sparsecoll_per_step
-    combined = 1.0 if native else load.combined_factor
+    combined = 1.0 if native else load.combined_factor[pattern.family]
     fixed = per_byte = 0.0
     by_class = numpy.zeros(CLASSES)
     steps = messages = 0
@@ -158,10 +158,10 @@ def _mean_level(topology, load: Load, placement) -> dict:
     return {name: sum(level[name] for level in levels) / len(levels) for name in ("alpha", "beta", "overhead")}
 
 
-def _estimate(load: Load, params: dict, steps: int, sends: float, items: float) -> Cost:
+def _estimate(load: Load, family: str, params: dict, steps: int, sends: float, items: float) -> Cost:
     """A Cost from counts: ``steps`` rounds, ``sends`` messages (as many received), ``items`` blocks sent."""
     fixed = steps * (load.sparsecoll_per_step + params["alpha"]) + 2 * sends * params["overhead"]
-    per_byte = 2 * items * params["beta"] * load.combined_factor  # forwarded blocks travel combined
+    per_byte = 2 * items * params["beta"] * load.combined_factor[family]  # forwarded blocks travel combined
     return Cost(tuple(load.sparsecoll_per_call[form] + fixed for form in FORMS), per_byte,
                 steps, int(round(sends)), estimated=True)
 
@@ -186,7 +186,7 @@ def estimate_common_neighbor(topology, family: str, options: dict, load: Load, p
         remaining -= common
     sends += remaining
     items += remaining
-    return _estimate(load, _mean_level(topology, load, placement), 2 * rounds + 1, sends, items)
+    return _estimate(load, family, _mean_level(topology, load, placement), 2 * rounds + 1, sends, items)
 
 
 def estimate_distance_halving(topology, family: str, options: dict, load: Load, placement) -> Cost:
@@ -199,7 +199,7 @@ def estimate_distance_halving(topology, family: str, options: dict, load: Load, 
     items_final = final * max(delta * final, 1.0)
     sends = halvings + final
     items = (2.0 ** (halvings + 1) - 1.0) + items_final
-    return _estimate(load, _mean_level(topology, load, placement), int(halvings) + 1, sends, items)
+    return _estimate(load, family, _mean_level(topology, load, placement), int(halvings) + 1, sends, items)
 
 
 def estimate_node_aware(topology, family: str, options: dict, load: Load, placement) -> Cost:

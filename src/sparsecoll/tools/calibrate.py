@@ -184,9 +184,10 @@ def _main_profile(comm, args, cores: int) -> int:
             say(f"{name:>9} {form:>12} {'9-pt':>5} {block:6d} {seconds * 1e6:10.2f}  ({family} on the stencil, "
                 f"{len(pattern.steps)} steps)")
         level = load.levels[pair_level]
+        combined = ", ".join(f"{family} {factor:.2f}" for family, factor in load.combined_factor.items())
         say(f"{pair_level}: alpha {level['alpha'] * 1e6:.2f} us, beta {level['beta'] * 1e9:.4f} ns/B, "
             f"overhead {level['overhead'] * 1e6:.2f} us; sparsecoll per step {load.sparsecoll_per_step * 1e6:.2f} us, "
-            f"combined messages {load.combined_factor:.2f} x beta")
+            f"combined messages {combined} x beta")
         per_call = [f"{form} native {load.native_per_call[form] * 1e6:.2f} / sparsecoll "
                     f"{load.sparsecoll_per_call[form] * 1e6:.2f}" for form in load.native_per_call]
         say("per call (us): " + ", ".join(per_call))
