@@ -13,10 +13,11 @@ oversubscribed), each with
   multi-step schedule pays between its steps) and ``combined_factor`` (optional, default 1:
   how many times ``beta`` a byte costs in a message that combines several blocks, which the
   library moves as a derived datatype; one number, or one per family, ``{"allgather": ...,
-  "alltoall": ...}``: an allgather's forwarded blocks mostly lie next to each other in the
-  receive buffer and go as one contiguous piece, an alltoall's come from scattered places,
-  and the libraries price the two very differently: 8 ranks on 2 cores, Open MPI, 64 KiB,
-  ``cartesian`` 0.8 x native's time on the stencil's allgather, 1.05 x on its alltoall);
+  "alltoall": ...}``, as ``calibrate`` fits it: the two families' combined messages are laid
+  out differently (an alltoall forwards blocks through sparsecoll's own transit space, an
+  allgather from the user's receive buffer), and their fits differ: 8 ranks on 2 cores,
+  alltoall 1.02 and allgather 2.60 on MPICH, 1.00 and 1.60 on Open MPI
+  (``benchmarks/auto/fourth-run``); one factor for both charged one family's bytes for the other's);
 * ``native``: the MPI library's own ``per_call`` cost by form;
 * ``rma`` (optional): what a persistent request costs on the RMA executor
   (:mod:`sparsecoll.execute.rma`) against the step executor: ``per_message`` (s, for every
