@@ -170,7 +170,6 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
     from sparsecoll.algorithms.cartesian import combining_pattern
     from sparsecoll.algorithms.direct import direct_pattern
     from sparsecoll.model.calibrate import (
-        PROFILE_EDGES,
         PROFILE_LARGE,
         PROFILE_SMALL,
         PROFILE_STENCIL,
@@ -187,13 +186,12 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
 
     def ring(per_call, edges, block):
         return per_call + alpha + 2 * edges * (overhead + block * beta)
-    k, small, large = PROFILE_EDGES, PROFILE_SMALL, PROFILE_LARGE
+    small, large = PROFILE_SMALL, PROFILE_LARGE
     times = {("native", form, 1, small): ring(truth.native_per_call[form], 1, small) for form in FORMS}
     one_step = truth.sparsecoll_per_step
     times.update({("direct", form, 1, small): ring(truth.sparsecoll_per_call[form] + one_step, 1, small)
                   for form in FORMS})
     times[("native", "blocking", 1, large)] = ring(truth.native_per_call["blocking"], 1, large)
-    times[("native", "blocking", k, small)] = ring(truth.native_per_call["blocking"], k, small)
     topology = offset_topology(Grid(dims, (True, True)), 1 if dims == (2, 1) else 5, PROFILE_STENCIL)
     stencil = {}
     for family in ("alltoall", "allgather"):

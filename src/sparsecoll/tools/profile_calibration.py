@@ -1,19 +1,19 @@
 """The measurements behind ``sparsecoll calibrate`` (default ``--model profile``): auto's profile.
 
 Every launched rank takes part, as in a neighborhood collective of that many ranks: on a
-1-D periodic grid each rank has ``k`` neighbors (offsets ``+1, -1, +1, -1``: the ring
-neighbors, twice), or one (offset ``+1``). The variants, interleaved repetition by
+1-D periodic grid (the ring) each rank has one neighbor (offset ``+1``). The variants, interleaved repetition by
 repetition in the benchmark's random order, with its fixed ``malloc`` threshold and fresh buffers
 (:mod:`sparsecoll.tools.fair_timing`), the variants of one block size together as in one row of
 the benchmark, each after a barrier, each time the maximum over ranks:
 
 * the library's ``Neighbor_alltoall`` (blocking, ``Ineighbor`` + ``Wait``, persistent
-  ``Start`` + ``Wait``) with one edge at 8 B, with ``k`` edges at 8 B, and one edge at 64 KiB;
+  ``Start`` + ``Wait``) with one edge at 8 B, and one edge at 64 KiB;
 * sparsecoll's ``direct`` in the three forms, one edge, 8 B;
 * on the periodic 2-D 9-point stencil, ``Neighbor_alltoall`` and ``Neighbor_allgather`` of the
   library, ``direct`` and ``cartesian`` (two steps of combined messages), blocking at 8 B and
-  64 KiB, and persistent at 8 B (library and ``direct``): sparsecoll's per-call, per-step and
-  combined-message costs are fitted on them, a neighborhood of the kind users run;
+  64 KiB, and persistent at 8 B (library and ``direct``): the per-message overhead and
+  sparsecoll's per-call, per-step and combined-message costs are fitted on them, a
+  neighborhood of the kind users run;
 * ``direct``'s persistent alltoall on the stencil at 8 B and 64 KiB on the step and on the RMA
   executor: the profile's ``rma`` costs (:func:`sparsecoll.model.calibrate.fit_rma`).
 
@@ -28,7 +28,7 @@ import numpy
 from mpi4py import MPI
 
 from sparsecoll import cart_neighborhood_create, wrap
-from sparsecoll.model.calibrate import PROFILE_EDGES, PROFILE_LARGE, PROFILE_SMALL, PROFILE_STENCIL, ping_pong
+from sparsecoll.model.calibrate import PROFILE_LARGE, PROFILE_SMALL, PROFILE_STENCIL, ping_pong
 
 from .fair_timing import call_orders, fix_malloc_threshold, fresh_buffer
 
@@ -60,11 +60,10 @@ def measure(world, reps: int, progress=print) -> tuple:
     """
     fix_malloc_threshold()  # before any buffer exists, as the benchmark does
     size = world.Get_size()
-    small, large, k = PROFILE_SMALL, PROFILE_LARGE, PROFILE_EDGES
+    small, large = PROFILE_SMALL, PROFILE_LARGE
     wanted = [(name, form, 1, small) for name in ("native", "direct") for form in FORMS]
-    wanted += [("native", "blocking", 1, large), ("native", "blocking", k, small)]
-    rings = {edges: cart_neighborhood_create(world, [size], [True], [(1,), (-1,)] * (edges // 2) or [(1,)],
-                                             algorithm="native") for edges in (1, k)}
+    wanted += [("native", "blocking", 1, large)]
+    rings = {1: cart_neighborhood_create(world, [size], [True], [(1,)], algorithm="native")}
     grid = cart_neighborhood_create(world, MPI.Compute_dims(size, 2), [True, True], PROFILE_STENCIL,
                                     algorithm="native")
     comms = [*rings.values(), grid]
