@@ -191,7 +191,6 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
     one_step = truth.sparsecoll_per_step
     times.update({("direct", form, 1, small): ring(truth.sparsecoll_per_call[form] + one_step, 1, small)
                   for form in FORMS})
-    times[("native", "blocking", 1, large)] = ring(truth.native_per_call["blocking"], 1, large)
     topology = offset_topology(Grid(dims, (True, True)), 1 if dims == (2, 1) else 5, PROFILE_STENCIL)
     stencil = {}
     for family in ("alltoall", "allgather"):

@@ -233,7 +233,13 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
       underpriced the library's call on the neighborhoods users run, where sparsecoll's
       executor, which sends the messages of a step to one peer as one, has fewer. (The bytes
       are charged as the model charges them: the stencil's at its size class's middle.)
-    * ``beta``: native on the ring, one edge, 64 KiB against 8 B, per byte sent and received;
+    * ``beta``: native on the stencil (both families, blocking), 64 KiB against 8 B, per byte
+      sent and received at the pair's level (a copy to self at ``copy_beta``). An earlier fit
+      took it from one edge of the ring; the library's 8 messages of a stencil call overlap, so
+      on the stencil a byte cost 0.2-0.35 ns where one edge's cost 0.5-0.7 ns (8 ranks on 2
+      cores), and the model priced every 64 KiB call at 2-2.5 x its time, which hid what a
+      schedule sending fewer bytes saves (``cartesian``'s allgather on Open MPI: predicted
+      0.94 x the library's time, measured 0.82-0.89 x);
     * ``alpha``: the one-way time of an 8 B ping-pong less two overheads;
     * the library's ``per_call[form]``: its one-edge 8 B ring call less what the model charges
       its one step;
@@ -263,19 +269,30 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
     from .profile import FORMS, LEVELS, Load
 
     small, large = PROFILE_SMALL, PROFILE_LARGE
-    beta = max((times[("native", "blocking", 1, large)] - times[("native", "blocking", 1, small)])
-               / (2 * (large - small)), 0.0)
     families = ("alltoall", "allgather")
+
+    def byte_costs(pattern, beta: float) -> float:
+        """What the model charges per byte of block for the library running ``pattern``."""
+        bytes_only = Load(ranks_per_core, {level: {"alpha": 0.0, "beta": copy_beta if level == "self" else beta,
+                                                   "overhead": 0.0} for level in LEVELS},
+                          dict.fromkeys(FORMS, 0.0), 0.0, dict.fromkeys(FORMS, 0.0))
+        return pattern_cost(pattern, bytes_only, native=True).per_byte
+
+    # beta: T(64 KiB) - T(8 B) = spread * (beta * bytes at the pair's level + copy_beta * bytes to self)
+    spread = CLASS_BYTES[size_class(large)] - CLASS_BYTES[size_class(small)]
+    betas = []
+    for family in families:
+        pattern = stencil[("native", family, "blocking", small)][1]
+        grown = stencil[("native", family, "blocking", large)][0] - stencil[("native", family, "blocking", small)][0]
+        to_self = byte_costs(pattern, 0.0)
+        betas.append((grown / spread - to_self) / (byte_costs(pattern, 1.0) - to_self))
+    beta = max(sum(betas) / len(betas), 0.0)
     one_edge = times[("native", "blocking", 1, small)]
-    # the stencil's bytes as the model charges them: at the size class's middle, copies to self at copy_beta
-    bytes_only = Load(ranks_per_core, {level: {"alpha": 0.0, "beta": copy_beta if level == "self" else beta,
-                                               "overhead": 0.0} for level in LEVELS},
-                      dict.fromkeys(FORMS, 0.0), 0.0, dict.fromkeys(FORMS, 0.0))
-    per_message = []
+    per_message = []  # the stencil's bytes as the model charges them: at the size class's middle
     for family in families:
         seconds, pattern = stencil[("native", family, "blocking", small)]
         count = sum(len(step.sends) + len(step.recvs) for step in pattern.steps)
-        stencil_bytes = pattern_cost(pattern, bytes_only, native=True).per_byte * CLASS_BYTES[size_class(small)]
+        stencil_bytes = byte_costs(pattern, beta) * CLASS_BYTES[size_class(small)]
         per_message.append((seconds - one_edge - (stencil_bytes - 2 * small * beta)) / (count - 2))
     overhead = max(sum(per_message) / len(per_message), 0.0)
     alpha = max(one_way - 2 * overhead - small * beta, 0.0)
