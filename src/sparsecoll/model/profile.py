@@ -16,8 +16,9 @@ oversubscribed), each with
   "alltoall": ...}``, as ``calibrate`` fits it: the two families' combined messages are laid
   out differently (an alltoall forwards blocks through sparsecoll's own transit space, an
   allgather from the user's receive buffer), and their fits differ: 8 ranks on 2 cores,
-  alltoall 1.02 and allgather 2.60 on MPICH, 1.00 and 1.60 on Open MPI
-  (``benchmarks/auto/fourth-run``); one factor for both charged one family's bytes for the other's);
+  alltoall 1.6-1.8 and allgather 4.0-4.6 on MPICH, 1.00 and 1.27 on Open MPI
+  (``benchmarks/auto/eighth-run``, ``ninth-run``); one factor for both charged one family's
+  bytes for the other's);
 * ``native``: the MPI library's own ``per_call`` cost by form;
 * ``rma`` (optional): what a persistent request costs on the RMA executor
   (:mod:`sparsecoll.execute.rma`) against the step executor: ``per_message`` (s, for every
