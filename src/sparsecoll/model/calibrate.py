@@ -236,7 +236,7 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
     * ``beta``: native on the stencil (both families, blocking), 64 KiB against 8 B, per byte
       sent and received at the pair's level (a copy to self at ``copy_beta``). An earlier fit
       took it from one edge of the ring; the library's 8 messages of a stencil call overlap, so
-      on the stencil a byte cost 0.2-0.35 ns where one edge's cost 0.5-0.7 ns (8 ranks on 2
+      on the stencil a byte cost 0.23-0.33 ns where one edge's cost 0.43-0.91 ns (8 ranks on 2
       cores), and the model priced every 64 KiB call at 2-2.5 x its time, which hid what a
       schedule sending fewer bytes saves (``cartesian``'s allgather on Open MPI: predicted
       0.94 x the library's time, measured 0.82-0.89 x);

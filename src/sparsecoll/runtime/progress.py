@@ -110,6 +110,8 @@ def next_look(interval: float, stepped_in: bool) -> float:
     """The progress thread's wait before its next look: back to :data:`PROGRESS_INTERVAL` after a
     look that advanced requests, else twice ``interval`` (at most :data:`PROGRESS_INTERVAL_MAX`)."""
     return PROGRESS_INTERVAL if stepped_in else min(2 * interval, PROGRESS_INTERVAL_MAX)
+
+
 class ProgressEngine:
     """The requests in flight with more than one stage, and the thread that advances them."""
 

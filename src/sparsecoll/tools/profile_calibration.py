@@ -1,19 +1,20 @@
 """The measurements behind ``sparsecoll calibrate`` (default ``--model profile``): auto's profile.
 
 Every launched rank takes part, as in a neighborhood collective of that many ranks: on a
-1-D periodic grid (the ring) each rank has one neighbor (offset ``+1``). The variants, interleaved repetition by
-repetition in the benchmark's random order, with its fixed ``malloc`` threshold and fresh buffers
-(:mod:`sparsecoll.tools.fair_timing`), the variants of one block size together as in one row of
-the benchmark, each after a barrier, each time the maximum over ranks:
+1-D periodic grid (the ring) each rank has one neighbor (offset ``+1``). The variants,
+interleaved repetition by repetition in the benchmark's random order, with its fixed
+``malloc`` threshold and fresh buffers (:mod:`sparsecoll.tools.fair_timing`), the variants of
+one block size together as in one row of the benchmark, each after a barrier, each time the
+maximum over ranks:
 
 * the library's ``Neighbor_alltoall`` (blocking, ``Ineighbor`` + ``Wait``, persistent
   ``Start`` + ``Wait``) with one edge at 8 B;
 * sparsecoll's ``direct`` in the three forms, one edge, 8 B;
 * on the periodic 2-D 9-point stencil, ``Neighbor_alltoall`` and ``Neighbor_allgather`` of the
   library, ``direct`` and ``cartesian`` (two steps of combined messages), blocking at 8 B and
-  64 KiB, and persistent at 8 B (library and ``direct``): the time per byte, the per-message overhead and
-  sparsecoll's per-call, per-step and combined-message costs are fitted on them, a
-  neighborhood of the kind users run;
+  64 KiB, and persistent at 8 B (library and ``direct``): the time per byte, the per-message
+  overhead and sparsecoll's per-call, per-step and combined-message costs are fitted on them,
+  a neighborhood of the kind users run;
 * ``direct``'s persistent alltoall on the stencil at 8 B and 64 KiB on the step and on the RMA
   executor: the profile's ``rma`` costs (:func:`sparsecoll.model.calibrate.fit_rma`).
 
@@ -62,16 +63,16 @@ def measure(world, reps: int, progress=print) -> tuple:
     size = world.Get_size()
     small, large = PROFILE_SMALL, PROFILE_LARGE
     wanted = [(name, form, 1, small) for name in ("native", "direct") for form in FORMS]
-    rings = {1: cart_neighborhood_create(world, [size], [True], [(1,)], algorithm="native")}
+    ring = cart_neighborhood_create(world, [size], [True], [(1,)], algorithm="native")
     grid = cart_neighborhood_create(world, MPI.Compute_dims(size, 2), [True, True], PROFILE_STENCIL,
                                     algorithm="native")
-    comms = [*rings.values(), grid]
+    comms = [ring, grid]
     calls, keep, patterns = {}, [], {}
     for name, form, edges, block in wanted:
         send = fresh_buffer(numpy.ones(edges * block, dtype="u1"))
         recv = fresh_buffer(numpy.zeros(edges * block, dtype="u1"))
         keep.append((send, recv))
-        calls[(name, form, edges, block)] = _caller(wrap(rings[edges], name), form, send, recv)
+        calls[(name, form, edges, block)] = _caller(wrap(ring, name), form, send, recv)
     edges = len(PROFILE_STENCIL)
     for family in ("alltoall", "allgather"):
         blocks = edges if family == "alltoall" else 1
