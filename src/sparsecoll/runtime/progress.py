@@ -103,7 +103,7 @@ def single_stage(stages):
 #: Seconds without progress driven by a sparsecoll call after which the progress thread steps in.
 PROGRESS_INTERVAL = float(os.environ.get("SPARSECOLL_PROGRESS_INTERVAL", "0.002"))
 #: The longest the thread waits between looks while the rank's own calls drive progress.
-PROGRESS_INTERVAL_MAX = max(PROGRESS_INTERVAL, 0.064)
+PROGRESS_INTERVAL_MAX = max(PROGRESS_INTERVAL, 0.008)
 
 
 def next_look(interval: float, stepped_in: bool) -> float:
