@@ -265,11 +265,11 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
     """
     from dataclasses import replace
 
+    from ..pattern import FAMILIES
     from .choice import CLASS_BYTES, pattern_cost, size_class
     from .profile import FORMS, LEVELS, Load
 
     small, large = PROFILE_SMALL, PROFILE_LARGE
-    families = ("alltoall", "allgather")
 
     def byte_costs(pattern, beta: float) -> float:
         """What the model charges per byte of block for the library running ``pattern``."""
@@ -281,7 +281,7 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
     # beta: T(64 KiB) - T(8 B) = spread * (beta * bytes at the pair's level + copy_beta * bytes to self)
     spread = CLASS_BYTES[size_class(large)] - CLASS_BYTES[size_class(small)]
     betas = []
-    for family in families:
+    for family in FAMILIES:
         pattern = stencil[("native", family, "blocking", small)][1]
         grown = stencil[("native", family, "blocking", large)][0] - stencil[("native", family, "blocking", small)][0]
         to_self = byte_costs(pattern, 0.0)
@@ -289,7 +289,7 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
     beta = max(sum(betas) / len(betas), 0.0)
     one_edge = times[("native", "blocking", 1, small)]
     per_message = []  # the stencil's bytes as the model charges them: at the size class's middle
-    for family in families:
+    for family in FAMILIES:
         seconds, pattern = stencil[("native", family, "blocking", small)]
         count = sum(len(step.sends) + len(step.recvs) for step in pattern.steps)
         stencil_bytes = byte_costs(pattern, beta) * CLASS_BYTES[size_class(small)]
@@ -319,12 +319,12 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
         return measured_gap - predicted, costs
 
     for form in ("blocking", "persistent"):
-        missing = max(gap("direct", "native", family, form, small, load)[0] for family in families)
+        missing = max(gap("direct", "native", family, form, small, load)[0] for family in FAMILIES)
         ours[form] = max(ours[form] + max(missing, 0.0), 0.0)  # never below what one edge shows
     load = replace(load, sparsecoll_per_call=dict(ours))
     # cartesian - direct, at 8 B and 64 KiB: extra steps and combined bytes, solved together per family
     per_step, factors, observed = 0.0, {}, False
-    for family in families:
+    for family in FAMILIES:
         missing_small, costs = gap("cartesian", "direct", family, "blocking", small, load)
         missing_large, _ = gap("cartesian", "direct", family, "blocking", large, load)
         extra_steps = costs[0].steps - costs[1].steps

@@ -46,12 +46,13 @@ import os
 import platform
 from dataclasses import dataclass, field
 
+from ..pattern import FAMILIES
+
 FORMAT = 1
 ENVIRONMENT = "SPARSECOLL_PROFILE"
 LEVELS = ("self", "socket", "node", "network")
 LEVEL_FIELDS = ("alpha", "beta", "overhead")
 FORMS = ("blocking", "nonblocking", "persistent")
-FAMILIES = ("allgather", "alltoall")
 
 
 class ProfileError(ValueError):
@@ -181,6 +182,12 @@ class _Reader:
             self.fail(key, f"expected a finite {'' if signed else 'non-negative '}number, got {value!r}")
         return float(value)
 
+    def factor(self, data: dict, name: str, prefix: str) -> float:
+        value = self.number(data, name, prefix)
+        if value < 1:
+            self.fail(f"{prefix}.{name}", f"expected at least 1, got {value!r}")
+        return value
+
     def per_form(self, data: dict, prefix: str) -> dict:
         table = self.mapping(self.field(data, "per_call", prefix), f"{prefix}.per_call")
         return {form: self.number(table, form, f"{prefix}.per_call") for form in FORMS}
@@ -197,16 +204,12 @@ class _Reader:
         ranks_per_core = self.number(entry, "ranks_per_core", key)
         if ranks_per_core == 0:
             self.fail(f"{key}.ranks_per_core", "expected a positive number")
-        combined = dict.fromkeys(FAMILIES, 1.0)
+        combined = 1.0  # one number stands for both families (Load spreads it)
         if isinstance(ours.get("combined_factor"), dict):
-            values, prefix = ours["combined_factor"], f"{key}.sparsecoll.combined_factor"
-            combined = {family: self.number(values, family, prefix) for family in FAMILIES}
+            prefix = f"{key}.sparsecoll.combined_factor"
+            combined = {family: self.factor(ours["combined_factor"], family, prefix) for family in FAMILIES}
         elif "combined_factor" in ours:
-            combined = dict.fromkeys(FAMILIES, self.number(ours, "combined_factor", f"{key}.sparsecoll"))
-        for family, factor in combined.items():
-            if factor < 1:
-                where = "" if not isinstance(ours["combined_factor"], dict) else f".{family}"
-                self.fail(f"{key}.sparsecoll.combined_factor{where}", f"expected at least 1, got {factor!r}")
+            combined = self.factor(ours, "combined_factor", f"{key}.sparsecoll")
         rma = None
         if "rma" in entry:
             values = self.mapping(entry["rma"], f"{key}.rma")
