@@ -178,3 +178,27 @@ def test_progress_thread_backs_off_while_calls_drive_progress_and_returns_when_i
         waits.append(interval)
     assert waits[0] == 2 * PROGRESS_INTERVAL and waits == sorted(waits) and waits[-1] == PROGRESS_INTERVAL_MAX
     assert next_look(PROGRESS_INTERVAL_MAX, stepped_in=True) == PROGRESS_INTERVAL
+
+
+@pytest.mark.parametrize("asked", [True, False])
+def test_a_test_that_finds_the_collective_incomplete_yields_only_where_the_user_asked(monkeypatch, asked):
+    """``while not request.Test()`` must not spin on a shared core when the user asked MPI to yield."""
+    from sparsecoll.execute import waiting
+    yields = []
+    monkeypatch.setattr(waiting, "YIELDING", asked)
+    monkeypatch.setattr(waiting, "_yield", lambda: yields.append(1))
+    inbox, outbox = numpy.zeros(2), numpy.ones(1)
+    receives = [MPI.COMM_SELF.Recv_init(inbox[i:i + 1], source=0, tag=7 + i) for i in range(2)]
+    for stages in ([receives[:1]], [receives[:1], receives[1:]]):  # MPI alone; the engine
+        single = stages[0] if len(stages) == 1 else None
+        request = ScheduleRequest(lambda stages=stages: iter(stages), single=single, persistent=True)
+        request.Start()
+        assert not request.Test() and not request.Test()
+        sends = [MPI.COMM_SELF.Isend(outbox, dest=0, tag=7 + i) for i in range(len(stages))]
+        assert request.Wait() and inbox[:len(stages)].tolist() == [1.0] * len(stages)
+        MPI.Request.Waitall(sends)
+        inbox[:] = 0.0
+        request.Free()
+    for receive in receives:
+        receive.Free()
+    assert len(yields) == (4 if asked else 0)

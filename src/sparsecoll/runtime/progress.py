@@ -53,7 +53,7 @@ import time
 
 from mpi4py import MPI
 
-from ..execute.waiting import waitany
+from ..execute.waiting import waitany, yield_when_idle
 
 _Startall = MPI.Prequest.Startall
 _Testall = MPI.Request.Testall
@@ -312,12 +312,14 @@ class ScheduleRequest:
                 ENGINE.add(self)
 
     def Test(self, status=None) -> bool:
-        """Advance every sparsecoll request in flight; True once this collective is complete."""
+        """Advance every sparsecoll request in flight; True once this collective is complete (else it
+        yields the processor where the user asked MPI to, :func:`~sparsecoll.execute.waiting.yield_when_idle`)."""
         if self._state != ACTIVE:
             return True
         if self._single is not None and not ENGINE.pending:
             if self._current is not None:
                 if not _Testall(self._current):
+                    yield_when_idle()
                     return False
                 self._current = None
         else:
@@ -326,8 +328,10 @@ class ScheduleRequest:
                 ENGINE.advance_all()
                 if self._single is not None and self._current is not None and _Testall(self._current):
                     self._current = None
-                if self._current is not None:
-                    return False
+                incomplete = self._current is not None
+            if incomplete:
+                yield_when_idle()
+                return False
         self._complete()
         return True
 
