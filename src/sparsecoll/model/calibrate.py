@@ -309,10 +309,17 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
             levels[level] = {name: max(value, base.levels[level][name]) for name, value in measured.items()}
     load = Load(ranks_per_core, levels, ours, 0.0, native, 1.0)
 
+    # the stencil's receive blocks, as the library's pattern receives them (one message per edge):
+    # sparsecoll's schedules are charged the final copies of the blocks no arrival fills, as
+    # auto charges them (:func:`~sparsecoll.model.choice.candidate_cost`)
+    receive_items = {family: [item for step in stencil[("native", family, "blocking", small)][1].steps
+                              for message in step.recvs for item in message.items] for family in FAMILIES}
+
     def gap(algorithm: str, reference: str, family: str, form: str, block: int, fitted: Load) -> tuple:
         """Measured minus predicted difference ``algorithm - reference`` and the two predicted Costs."""
         f, c = FORMS.index(form), size_class(block)
-        costs = [pattern_cost(stencil[(name, family, form, block)][1], fitted, native=name == "native")
+        costs = [pattern_cost(stencil[(name, family, form, block)][1], fitted, native=name == "native",
+                              recv_items=None if name == "native" else receive_items[family])
                  for name in (algorithm, reference)]
         predicted = costs[0].seconds()[f, c] - costs[1].seconds()[f, c]
         measured_gap = stencil[(algorithm, family, form, block)][0] - stencil[(reference, family, form, block)][0]
