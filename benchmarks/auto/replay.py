@@ -15,9 +15,9 @@ So a change to the model or the calibration can be judged on many runs' measurem
 
 from __future__ import annotations
 
+import argparse
 import csv
 import statistics
-import sys
 
 from mpi4py import MPI
 
@@ -78,4 +78,7 @@ def main(paths: list) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    parser = argparse.ArgumentParser(description="Replay auto's choices under $SPARSECOLL_PROFILE on earlier "
+                                     "runs' measurements (launch on the bench's rank count, e.g. mpiexec -n 8).")
+    parser.add_argument("results", nargs="+", help="results.csv files of runs of benchmarks/auto/run.sh")
+    main(parser.parse_args().results)

@@ -16,7 +16,7 @@ collective incomplete yields too (:func:`yield_when_idle`), as Open MPI's ``MPI_
 ``mpi_yield_when_idle``: programs poll ``while not request.Test(): ...``, and a rank spinning so on
 a shared core keeps it from the peers whose messages it waits for. Measured on 2 cores, 8 ranks,
 MPICH, two topologies of the conformance test (every algorithm, every collective, half the
-nonblocking and persistent runs polled by ``Test``): 54 s with a spinning ``Test``, 10 s with it
+nonblocking and persistent runs polled by ``Test``): 54 s with a spinning ``Test``, 10.6 s with it
 yielding. The setting is read once, from the environment every
 rank of a launch shares; it changes only how a rank waits, never what goes on the wire.
 """

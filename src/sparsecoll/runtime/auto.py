@@ -346,6 +346,9 @@ class AutoDispatch:
         if runs != winner:
             why += (f"; it is estimated, not built: calls run {runs} until the {REPEATS}th call of this size "
                     f"(or a persistent request) builds it")
+        if self.pinned is not None:
+            why += (f"; pinned: every call of this collective runs size class {size_class}, agreed at its first "
+                    f"call, whatever its block size (block_bytes={block_bytes} does not change the choice)")
         trial = self.persistent_trials.get(size_class) if form == "persistent" else None
         if trial is not None and "skipped" not in trial:
             why += (f"; measured at a persistent init: {trial['candidate']} {trial['candidate_seconds'] * 1e6:.2f} us, "
