@@ -284,19 +284,21 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
                           dict.fromkeys(FORMS, 0.0), 0.0, dict.fromkeys(FORMS, 0.0))
         return pattern_cost(pattern, bytes_only, native=True).per_byte
 
+    # the library's blocking calls on the stencil: (seconds at 8 B, at 64 KiB, Pattern) per family
+    library = {family: (stencil[("native", family, "blocking", small)][0],
+                        stencil[("native", family, "blocking", large)][0],
+                        stencil[("native", family, "blocking", small)][1]) for family in FAMILIES}
     # beta: T(64 KiB) - T(8 B) = spread * (beta * bytes at the pair's level + copy_beta * bytes to self)
     spread = CLASS_BYTES[size_class(large)] - CLASS_BYTES[size_class(small)]
     betas = []
-    for family in FAMILIES:
-        pattern = stencil[("native", family, "blocking", small)][1]
-        grown = stencil[("native", family, "blocking", large)][0] - stencil[("native", family, "blocking", small)][0]
+    for seconds, seconds_large, pattern in library.values():
+        grown = seconds_large - seconds
         to_self = byte_costs(pattern, 0.0)
         betas.append((grown / spread - to_self) / (byte_costs(pattern, 1.0) - to_self))
     beta = max(sum(betas) / len(betas), 0.0)
     one_edge = times[("native", "blocking", 1, small)]
     per_message = []  # the stencil's bytes as the model charges them: at the size class's middle
-    for family in FAMILIES:
-        seconds, pattern = stencil[("native", family, "blocking", small)]
+    for seconds, _, pattern in library.values():
         count = sum(len(step.sends) + len(step.recvs) for step in pattern.steps)
         stencil_bytes = byte_costs(pattern, beta) * CLASS_BYTES[size_class(small)]
         per_message.append((seconds - one_edge - (stencil_bytes - 2 * small * beta)) / (count - 2))
@@ -318,8 +320,8 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
     # the stencil's receive blocks, as the library's pattern receives them (one message per edge):
     # sparsecoll's schedules are charged the final copies of the blocks no arrival fills, as
     # auto charges them (:func:`~sparsecoll.model.choice.candidate_cost`)
-    receive_items = {family: [item for step in stencil[("native", family, "blocking", small)][1].steps
-                              for message in step.recvs for item in message.items] for family in FAMILIES}
+    receive_items = {family: [item for step in pattern.steps for message in step.recvs for item in message.items]
+                     for family, (_, _, pattern) in library.items()}
 
     def gap(algorithm: str, reference: str, family: str, form: str, block: int, fitted: Load) -> tuple:
         """Measured minus predicted difference ``algorithm - reference`` and the two predicted Costs."""
