@@ -1,4 +1,5 @@
-"""The steps executor's wire representation: small messages to one peer joined, adjacent pieces joined.
+"""The steps executor's wire representation: messages to one peer joined within the library's limits,
+adjacent pieces joined.
 
 Runs in one process (messages to self on ``COMM_SELF``).
 """
@@ -12,40 +13,68 @@ from mpi4py import MPI
 
 import sparsecoll
 from sparsecoll.bind import BoundMessage
-from sparsecoll.execute.p2p import COALESCE_BYTES, COALESCE_MESSAGE_BYTES, coalesce, joined, message_bytes
+from sparsecoll.execute.p2p import (
+    LIBRARY_WIRE_LIMITS,
+    WireLimits,
+    coalesce,
+    joined,
+    wire_limits,
+    wire_runs,
+)
 
 
-def _runs(messages) -> list:
+def _runs(messages, limits=None) -> list:
     """Per run: the peer and the byte size of each message it joined."""
     return [(peer, [count * datatype.Get_size() for _, count, datatype in pieces])
-            for peer, pieces in coalesce(messages)]
+            for peer, pieces in coalesce(messages, limits)]
 
 
 def test_small_messages_to_one_peer_are_joined_in_order():
+    limits = LIBRARY_WIRE_LIMITS["MPICH"]
     small = [BoundMessage(1, ((1000 + 8 * k, 8, MPI.BYTE),)) for k in range(3)]
     other = BoundMessage(2, ((5000, 2, MPI.INT32_T),))
-    large = BoundMessage(1, ((9000, COALESCE_MESSAGE_BYTES + 1, MPI.BYTE),))
-    runs = coalesce([small[0], other, small[1], large, small[2]])
+    large = BoundMessage(1, ((9000, limits.eager_bytes, MPI.BYTE),))
+    runs = coalesce([small[0], other, small[1], large, small[2]], limits)
     assert runs == [(1, small[0].pieces + small[1].pieces), (2, other.pieces), (1, large.pieces), (1, small[2].pieces)]
+    joined_all = coalesce([small[0], other, small[1], large, small[2]], LIBRARY_WIRE_LIMITS["Open MPI"])
+    assert joined_all == [(1, small[0].pieces + small[1].pieces + large.pieces + small[2].pieces), (2, other.pieces)]
 
 
-def test_a_run_stays_within_the_byte_limit():
-    messages = [BoundMessage(0, ((100_000 * k, COALESCE_MESSAGE_BYTES, MPI.BYTE),)) for k in range(20)]
-    runs = coalesce(messages)
-    per_run = COALESCE_BYTES // COALESCE_MESSAGE_BYTES
-    assert [len(pieces) for _, pieces in runs] == [per_run, per_run, 20 - 2 * per_run]
-    assert all(message_bytes(pieces) <= COALESCE_BYTES for _, pieces in runs)
+def test_a_joined_message_never_crosses_the_eager_limit():
+    """Joined eager messages stay eager (a joined message past the limit waits for a handshake)."""
+    limits = WireLimits(eager_bytes=4000, join_any_size=False)
+    assert wire_runs([0] * 5, [1500] * 5, limits) == [[0, 1], [2, 3], [4]]
+    assert wire_runs([0] * 3, [2000, 2000, 1], limits) == [[0, 1], [2]]
+    assert wire_runs([0] * 3, [2001, 2000, 1], limits) == [[0], [1, 2]]
+    assert wire_runs([0, 0, 1, 0], [4001, 4001, 8, 8], limits) == [[0], [1], [2], [3]]
+
+
+def test_where_the_library_gains_every_message_to_a_peer_is_joined():
+    joining = WireLimits(eager_bytes=4000, join_any_size=True)
+    assert wire_runs([0, 0, 1, 0, 1], [4001, 65536, 65536, 8, 2000], joining) == [[0, 1, 3], [2, 4]]
+
+
+def test_the_running_library_has_its_measured_limits():
+    from mpi4py import MPI as mpi
+    vendor = mpi.get_vendor()[0]
+    assert vendor in LIBRARY_WIRE_LIMITS  # the two libraries sparsecoll is tested on
+    assert wire_limits() == LIBRARY_WIRE_LIMITS[vendor]
+    assert wire_limits().join_any_size == (vendor == "Open MPI")
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0, 1, 3, 500, 512, 513, 2048, 4096]))))
-def test_both_ends_cut_the_same_runs(edges):
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0, 1, 3, 500, 512, 513, 992, 993, 1984, 2048, 4096]))),
+       st.sampled_from(sorted(LIBRARY_WIRE_LIMITS)))
+def test_both_ends_cut_the_same_runs(edges, library):
     """The sender's blocks (bytes) and the receiver's (4-byte integers, other addresses) of the
-    same edges give runs of the same sizes per peer, so every joined message has its match."""
+    same edges give runs of the same sizes per peer, so every joined message has its match
+    (under each library's limits)."""
+    limits = LIBRARY_WIRE_LIMITS[library]
     sends = [BoundMessage(peer, ((10_000 * k, 4 * units, MPI.BYTE),)) for k, (peer, units) in enumerate(edges)]
     recvs = [BoundMessage(peer, ((7 + 50_000 * k, units, MPI.INT32_T),)) for k, (peer, units) in enumerate(edges)]
     for peer in range(3):
-        assert [run for run in _runs(sends) if run[0] == peer] == [run for run in _runs(recvs) if run[0] == peer]
+        assert [run for run in _runs(sends, limits) if run[0] == peer] == \
+            [run for run in _runs(recvs, limits) if run[0] == peer]
 
 
 def test_adjacent_pieces_of_one_datatype_are_joined():
@@ -85,10 +114,15 @@ def test_repeated_edges_to_one_rank_are_one_message_and_land_in_order():
         request.Wait()
         request.Free()
         assert recv.tolist() == send.tolist()
-        big = numpy.arange(8 * 1024, dtype="i4")  # 4 KiB blocks: one message per edge
+        big = numpy.arange(8 * 1024, dtype="i4")  # 4 KiB blocks: past every library's eager limit
         out = numpy.zeros_like(big)
         comm.Ineighbor_alltoall(big, out).Wait()
         assert out.tolist() == big.tolist()
+        steps = comm.runtime.requests_for(comm.runtime.bind_uncached(comm.plan, "alltoall", big, out))
+        try:  # joined where the library gains by it (Open MPI), else one message per edge
+            assert [len(requests) for requests in steps.steps] == [2 if wire_limits().join_any_size else 16]
+        finally:
+            steps.free()
     finally:
         graph.Free()
 

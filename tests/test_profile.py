@@ -176,13 +176,15 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
         PROFILE_LARGE,
         PROFILE_SMALL,
         PROFILE_STENCIL,
+        eager_straddle,
         fit_profile_load,
     )
     from sparsecoll.model.profile import FORMS, LEVELS, Load
     from sparsecoll.topology.cartesian import Grid, offset_topology
-    alpha, beta, overhead = 2e-6, 0.5e-9, 0.4e-6
-    levels = {level: {"alpha": alpha, "beta": beta, "overhead": overhead} for level in LEVELS}
-    levels["self"] = {"alpha": 0.0, "beta": 0.1e-9, "overhead": overhead}
+    alpha, beta, overhead, rendezvous = 2e-6, 0.5e-9, 0.4e-6, 1.5e-6
+    levels = {level: {"alpha": alpha, "beta": beta, "overhead": overhead, "rendezvous": rendezvous}
+              for level in LEVELS}
+    levels["self"] = {"alpha": 0.0, "beta": 0.1e-9, "overhead": overhead, "rendezvous": 0.0}
     truth = Load(1.0, levels, {"blocking": 9e-6, "nonblocking": 12e-6, "persistent": 4e-6}, 6e-6,
                  {"blocking": 5e-6, "nonblocking": 6e-6, "persistent": 3e-6}, {"allgather": 1.5, "alltoall": 2.5},
                  {"per_message": -0.2e-6, "byte_factor": 1.7})
@@ -207,6 +209,12 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
                 for block in (small, large):
                     stencil[(name, family, form, block)] = (
                         float(seconds[FORMS.index(form), choice.size_class(block)]), pattern)
+        if family == "alltoall":  # the library's call just within and just past its eager limit
+            cost = choice.pattern_cost(patterns["native"], truth, native=True)
+            for block in eager_straddle():
+                stencil[("native", family, "persistent", block)] = (
+                    cost.fixed[FORMS.index("persistent")] + cost.by_class[choice.size_class(block)]
+                    + cost.per_byte * block, patterns["native"])
         if family == "alltoall":  # the RMA executor's twin of direct's persistent request
             seconds = choice.rma_cost(choice.pattern_cost(patterns["direct"], truth), truth.rma).seconds()
             for block in (small, large):
@@ -215,6 +223,7 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
     fitted = fit_profile_load(times, 1.0, "socket", 0.1e-9, alpha + 2 * overhead + small * beta, BUILTIN.loads[0],
                               stencil)
     assert fitted.levels["socket"]["overhead"] == pytest.approx(overhead)
+    assert fitted.levels["socket"]["rendezvous"] == pytest.approx(rendezvous, rel=1e-3)
     assert fitted.levels["socket"]["beta"] == pytest.approx(beta)
     assert fitted.levels["socket"]["alpha"] == pytest.approx(alpha)
     for form in FORMS:

@@ -10,22 +10,64 @@ posted first. Final local copies run as one extra step of messages to self. Ever
 message of the executor carries one tag, its call's channel
 (:mod:`sparsecoll.runtime.channels` says why that is enough).
 
-Small messages of one step between the same two ranks go on the wire as one message
-(:func:`coalesce`): several edges to one neighbor (repeated neighbors, periodic
-dimensions of size 1 or 2) then cost one message instead of one per edge. Where every
-neighbor is a different rank nothing changes.
+Messages of one step between the same two ranks go on the wire as one message where that
+saves the library work (:func:`coalesce`, limits per MPI library in :class:`WireLimits`):
+several edges to one neighbor (repeated neighbors, periodic dimensions of size 1 or 2) then
+cost one message instead of one per edge. Where every neighbor is a different rank nothing
+changes.
 """
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
 
 from mpi4py import MPI
 
 from ..bind import Schedule
 
-#: A message of at most this many bytes joins the other small messages of its step to the same peer ...
-COALESCE_MESSAGE_BYTES = 2048
-#: ... while together they stay within this many bytes (larger structs cost more than they save).
-COALESCE_BYTES = 16384
+
+@dataclass(frozen=True)
+class WireLimits:
+    """How far the messages of one step to one peer are joined, for one MPI library.
+
+    ``eager_bytes``: the largest message the library sends eagerly over shared memory (one copy
+    in, one out, no handshake); past it a message waits for a rendezvous handshake. Without
+    ``join_any_size``, messages are joined while the joined message stays within it: joining
+    across it turns eager messages into one that waits for the handshake (MPICH 5.0, 8 ranks
+    on 2 cores, Moore neighborhood, persistent alltoall, joined pairs of blocks: 0.58 x the
+    library's call at 4 KiB blocks, 1.32 x at 3968 B; 2 ranks, 8 edges to one peer, 2 KiB
+    blocks: joined up to 16 KiB 0.73 x the library's time, within the limit 0.55 x), and past
+    it MPICH moves a joined struct datatype slower than the messages it joins (0.53-0.82 x at
+    16-64 KiB). ``join_any_size``: every message of a step to one peer is joined (Open MPI 5.0:
+    a handshake saved is worth more than the struct costs. Speed-up over the library's call,
+    2 ranks, Moore and 27-point neighborhoods, blocking and persistent: 2 KiB blocks 0.89-1.59
+    joined, 0.65-1.05 within the limit; 4-64 KiB 1.6-6.3 joined, 0.89-1.02 not. 8 ranks on 2
+    cores: 4-64 KiB 1.14-1.19 joined; there a handshake costs a context switch, and 2 KiB
+    blocks joined across the limit run at 0.64, within it at 0.94, which the cost model
+    charges: :mod:`sparsecoll.model.choice`).
+    """
+
+    eager_bytes: int
+    join_any_size: bool
+
+
+#: Per library (:func:`sparsecoll.model.profile.library_name`'s vendor): Open MPI's shared-memory
+#: BTL ``btl_sm_eager_limit`` is 4096 B with its headers (3968 B of data measured eager, 4096 B
+#: not); MPICH's CH4 shared-memory eager cells took 7936 B eagerly, 8192 B not.
+LIBRARY_WIRE_LIMITS = {
+    "Open MPI": WireLimits(eager_bytes=3968, join_any_size=True),
+    "MPICH": WireLimits(eager_bytes=7936, join_any_size=False),
+}
+#: Any other library: the smaller eager limit, nothing joined past it.
+DEFAULT_WIRE_LIMITS = WireLimits(eager_bytes=3968, join_any_size=False)
+
+
+@functools.cache
+def wire_limits() -> WireLimits:
+    """The running MPI library's :class:`WireLimits` (the same on every rank of a launch, so both
+    ends of every message cut the same runs)."""
+    return LIBRARY_WIRE_LIMITS.get(MPI.get_vendor()[0], DEFAULT_WIRE_LIMITS)
 
 
 def message_datatype(pieces) -> MPI.Datatype:
@@ -43,36 +85,38 @@ def message_bytes(pieces) -> int:
     return sum(count * datatype.Get_size() for _, count, datatype in pieces)
 
 
-def wire_runs(peers, sizes) -> list:
+def wire_runs(peers, sizes, limits: WireLimits | None = None) -> list:
     """The messages of one step and direction as they go on the wire: lists of their indices.
 
-    Walking the messages in order, a message of at most :data:`COALESCE_MESSAGE_BYTES` joins
-    the open run of its peer while the run stays within :data:`COALESCE_BYTES`; otherwise it
-    opens a new run (a larger message goes alone and closes its peer's run). Both ends of a
-    pair cut the same runs: they list the messages of a step between them in the same
-    order (the n-th send matches the n-th receive), and MPI requires the blocks of matching
+    Walking the messages in order, a message joins the open run of its peer where
+    ``limits.join_any_size`` (the running library's :func:`wire_limits` by default), or where
+    the joined message stays within ``limits.eager_bytes``; otherwise it opens a new run.
+    Both ends of a pair cut the same runs: they list the messages of a step between them in the
+    same order (the n-th send matches the n-th receive), and MPI requires the blocks of matching
     edges to have equal type signatures, so both see the same sequence of byte sizes.
     (The cost model charges sparsecoll's schedules for these runs, not for the Pattern's messages.)
     """
+    limits = limits or wire_limits()
+    eager, join_any_size = limits.eager_bytes, limits.join_any_size
     runs = []  # [indices, bytes]
-    open_runs = {}  # peer -> its run still open to small messages
+    open_runs = {}  # peer -> its last run
     for index, (peer, size) in enumerate(zip(peers, sizes)):
         run = open_runs.get(peer)
-        if size <= COALESCE_MESSAGE_BYTES and run is not None and run[1] + size <= COALESCE_BYTES:
+        if run is not None and (join_any_size or run[1] + size <= eager):
             run[0].append(index)
             run[1] += size
             continue
         run = [[index], size]
         runs.append(run)
-        open_runs[peer] = run if size <= COALESCE_MESSAGE_BYTES else None
+        open_runs[peer] = run
     return [indices for indices, _ in runs]
 
 
-def coalesce(messages) -> list:
-    """``[(peer, pieces)]``: the bound messages of one step and direction, small ones to one peer
-    joined (:func:`wire_runs`); the pieces of a run keep their order, so a joined message matches
-    item by item."""
-    runs = wire_runs([m.peer for m in messages], [message_bytes(m.pieces) for m in messages])
+def coalesce(messages, limits: WireLimits | None = None) -> list:
+    """``[(peer, pieces)]``: the bound messages of one step and direction, those to one peer
+    joined as :func:`wire_runs` cuts them; the pieces of a run keep their order, so a joined
+    message matches item by item."""
+    runs = wire_runs([m.peer for m in messages], [message_bytes(m.pieces) for m in messages], limits)
     return [(messages[run[0]].peer, tuple(piece for i in run for piece in messages[i].pieces)) for run in runs]
 
 

@@ -213,6 +213,16 @@ def fit_loggp(counts, count_seconds, sizes, size_seconds, half_round_trip: float
 PROFILE_SMALL, PROFILE_LARGE = 8, 65536
 #: The stencil the multi-step costs are fitted on: 2-D 9-point, periodic.
 PROFILE_STENCIL = [(dx, dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1) if (dx, dy) != (0, 0)]
+#: How far past the library's eager limit the larger block of :func:`eager_straddle` lies.
+STRADDLE_BYTES = 256
+
+
+def eager_straddle() -> tuple:
+    """The two blocks the profile measurement times the library's stencil alltoall at: the running
+    library's eager limit (:class:`sparsecoll.execute.p2p.WireLimits`) and :data:`STRADDLE_BYTES` past it."""
+    from ..execute.p2p import wire_limits
+    eager = wire_limits().eager_bytes
+    return eager, eager + STRADDLE_BYTES
 
 
 def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_beta: float,
@@ -240,6 +250,14 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
       cores), and the model priced every 64 KiB call at 2-2.5 x its time, which hid what a
       schedule sending fewer bytes saves (``cartesian``'s allgather on Open MPI: predicted
       0.94 x the library's time, measured 0.82-0.89 x);
+    * ``rendezvous``: the library's persistent alltoall on the stencil with blocks just past its
+      eager limit against just within (:func:`eager_straddle`), per send and receive to another
+      rank, less the bytes' cost; ``beta`` is fitted again with it taken out of the 64 KiB calls,
+      every message of which is past the limit (so a 4 KiB message on Open MPI, which waits for
+      a handshake as a 64 KiB one does, is not priced as 4 KiB of a 64 KiB one's time; joining
+      messages to one peer saves that handshake: 8 ranks, Moore neighborhood, persistent
+      alltoall, 4 KiB blocks: the library's call 90 us at 4096 B, 40 us at 3968 B; ``direct``,
+      which joins them, 0.85 x the library's call);
     * ``alpha``: the one-way time of an 8 B ping-pong less two overheads;
     * the library's ``per_call[form]``: its one-edge 8 B ring call less what the model charges
       its one step;
@@ -284,18 +302,41 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
                           dict.fromkeys(FORMS, 0.0), 0.0, dict.fromkeys(FORMS, 0.0))
         return pattern_cost(pattern, bytes_only, native=True).per_byte
 
+    def messages_out(pattern) -> int:
+        """The sends and receives of ``pattern`` to other ranks (those pay a rendezvous past the limit)."""
+        return sum(message.peer != pattern.rank for step in pattern.steps
+                   for direction in (step.sends, step.recvs) for message in direction)
+
     # the library's blocking calls on the stencil: (seconds at 8 B, at 64 KiB, Pattern) per family
     library = {family: (stencil[("native", family, "blocking", small)][0],
                         stencil[("native", family, "blocking", large)][0],
                         stencil[("native", family, "blocking", small)][1]) for family in FAMILIES}
-    # beta: T(64 KiB) - T(8 B) = spread * (beta * bytes at the pair's level + copy_beta * bytes to self)
-    spread = CLASS_BYTES[size_class(large)] - CLASS_BYTES[size_class(small)]
-    betas = []
-    for seconds, seconds_large, pattern in library.values():
-        grown = seconds_large - seconds
-        to_self = byte_costs(pattern, 0.0)
-        betas.append((grown / spread - to_self) / (byte_costs(pattern, 1.0) - to_self))
-    beta = max(sum(betas) / len(betas), 0.0)
+    # the library's persistent alltoall just within and just past its eager limit, where measured
+    straddle = [stencil.get(("native", "alltoall", "persistent", block)) for block in eager_straddle()]
+
+    def fit_beta(rendezvous: float) -> float:
+        """beta: T(64 KiB) - T(8 B) = spread * (beta * bytes at the pair's level + copy_beta * bytes
+        to self) + the rendezvous of every message to another rank (64 KiB is past every eager limit)."""
+        spread = CLASS_BYTES[size_class(large)] - CLASS_BYTES[size_class(small)]
+        betas = []
+        for seconds, seconds_large, pattern in library.values():
+            grown = seconds_large - seconds - rendezvous * messages_out(pattern)
+            to_self = byte_costs(pattern, 0.0)
+            betas.append((grown / spread - to_self) / (byte_costs(pattern, 1.0) - to_self))
+        return max(sum(betas) / len(betas), 0.0)
+
+    def fit_rendezvous(beta: float) -> float:
+        """Per message to another rank: T(just past the limit) - T(just within) less the bytes' cost."""
+        if None in straddle or not messages_out(straddle[0][1]):
+            return 0.0
+        (within, pattern), (past, _) = straddle
+        return max((past - within - STRADDLE_BYTES * byte_costs(pattern, beta)) / messages_out(pattern), 0.0)
+
+    rendezvous = 0.0
+    for _ in range(5):  # each depends on the other, a little: a few rounds settle both
+        beta = fit_beta(rendezvous)
+        rendezvous = fit_rendezvous(beta)
+    beta = fit_beta(rendezvous)
     one_edge = times[("native", "blocking", 1, small)]
     per_message = []  # the stencil's bytes as the model charges them: at the size class's middle
     for seconds, _, pattern in library.values():
@@ -307,14 +348,14 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
     one_message = alpha + 2 * (overhead + small * beta)
     native = {form: max(times[("native", form, 1, small)] - one_message, 0.0) for form in FORMS}
     ours = {form: max(times[("direct", form, 1, small)] - one_message, 0.0) for form in FORMS}
-    measured = {"alpha": alpha, "beta": beta, "overhead": overhead}
-    levels = {"self": {"alpha": 0.0, "beta": copy_beta, "overhead": overhead}}
+    measured = {"alpha": alpha, "beta": beta, "overhead": overhead, "rendezvous": rendezvous}
+    levels = {"self": {"alpha": 0.0, "beta": copy_beta, "overhead": overhead, "rendezvous": 0.0}}
     position = LEVELS.index(pair_level)
     for i, level in enumerate(LEVELS[1:], start=1):
         if i <= position:
             levels[level] = dict(measured)
         else:
-            levels[level] = {name: max(value, base.levels[level][name]) for name, value in measured.items()}
+            levels[level] = {name: max(value, base.levels[level].get(name, 0.0)) for name, value in measured.items()}
     load = Load(ranks_per_core, levels, ours, 0.0, native, 1.0)
 
     # the stencil's receive blocks, as the library's pattern receives them (one message per edge):

@@ -3,19 +3,21 @@
 The model (parameters: :mod:`.profile`) charges one rank's schedule of a call with block
 size ``m`` bytes as
 
-    per_call(form) + sum over steps [ per_step + max alpha + sum over messages (overhead + items * m * beta) ]
+    per_call(form) + sum over steps [ per_step + max alpha
+                                      + sum over messages (overhead [+ rendezvous] + items * m * beta) ]
 
 where the messages of a step are its sends and its receives (one port, as the Hockney model
-of the 2023 paper's eq. 4 charges a rank both), ``alpha``, ``beta`` and ``overhead`` are those
-of the message's placement level (``self``, ``socket``, ``node``, ``network``), ``per_call`` is
-sparsecoll's (or, for ``native``, the library's) cost of one call of that form, and
-``per_step`` sparsecoll's cost of one scheduling round (``native`` runs one step and pays no
-``per_step``), and a byte in a message that combines several blocks costs the family's
-``combined_factor`` times ``beta`` (the library moves it as a derived datatype). So a multi-step schedule is
-charged for what it costs here. sparsecoll's
-executor sends the small messages of a step to one peer as one
-(:func:`sparsecoll.execute.p2p.wire_runs`), so its messages are counted per size class as they
-go on the wire; the library sends one message per edge. A candidate's time is
+of the 2023 paper's eq. 4 charges a rank both), ``rendezvous`` is paid by a message past the
+library's eager limit (:class:`sparsecoll.execute.p2p.WireLimits`), ``alpha``, ``beta``,
+``overhead`` and ``rendezvous`` are those of the message's placement level (``self``,
+``socket``, ``node``, ``network``), ``per_call`` is sparsecoll's (or, for ``native``, the
+library's) cost of one call of that form, and ``per_step`` sparsecoll's cost of one
+scheduling round (``native`` runs one step and pays no ``per_step``), and a byte in a message
+that combines several blocks costs the family's ``combined_factor`` times ``beta`` (the
+library moves it as a derived datatype). So a multi-step schedule is charged for what it
+costs here. sparsecoll's executor joins the messages of a step to one peer within the
+library's limits (:func:`sparsecoll.execute.p2p.wire_runs`), so its messages are counted per
+size class as they go on the wire; the library sends one message per edge. A candidate's time is
 ``fixed[form] + by_class[class] + per_byte * m`` (:class:`Cost`).
 
 Candidates are every registered algorithm that supports the topology and family, and
@@ -57,7 +59,7 @@ import numpy
 from .. import algorithms
 from ..algorithms import node_aware
 from ..bind import final_copies
-from ..execute.p2p import wire_runs
+from ..execute.p2p import wire_limits, wire_runs
 from ..pattern import Pattern
 from . import paper2023
 from .profile import FORMS, Load
@@ -118,6 +120,8 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
     combined = 1.0 if native else load.combined_factor[pattern.family]
     fixed = per_byte = 0.0
     by_class = numpy.zeros(CLASSES)
+    limits = wire_limits()
+    eager = limits.eager_bytes
     steps = messages = 0
     for step in pattern.steps:
         if not (step.sends or step.recvs):
@@ -130,13 +134,18 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
             for level, count in zip(params, items):
                 latency = max(latency, level["alpha"])
                 per_byte += count * level["beta"] * (combined if count > 1 else 1.0)
-            if native:
-                by_class += sum(level["overhead"] for level in params)
+            if native:  # one message per edge
+                for level, count in zip(params, items):
+                    by_class += level["overhead"] + level.get("rendezvous", 0.0) * (count * CLASS_BYTES > eager)
                 continue
             peers = [message.peer for message in direction]
             for c in range(CLASSES):  # the messages that go on the wire at this block size
-                runs = wire_runs(peers, [count * CLASS_BYTES[c] for count in items])
-                by_class[c] += sum(params[run[0]]["overhead"] for run in runs)
+                sizes = [count * CLASS_BYTES[c] for count in items]
+                for run in wire_runs(peers, sizes, limits):
+                    level = params[run[0]]
+                    by_class[c] += level["overhead"]
+                    if sum(sizes[i] for i in run) > eager:
+                        by_class[c] += level.get("rendezvous", 0.0)
         fixed += per_step + latency
         messages += len(step.sends)
     copies = 0 if native or recv_items is None else final_copies(pattern, recv_items)

@@ -6,8 +6,11 @@ oversubscribed), each with
 
 * ``levels``: per placement level (``self``: a copy to the rank itself; ``socket``, ``node``,
   ``network``: a message to a rank on the same socket, same node, other node) the
-  Hockney latency ``alpha`` (s), time per byte ``beta`` (s/byte) and per-message CPU
-  ``overhead`` (s, paid for every send and every receive);
+  Hockney latency ``alpha`` (s), time per byte ``beta`` (s/byte), per-message CPU
+  ``overhead`` (s, paid for every send and every receive) and, optional (default 0),
+  ``rendezvous`` (s, paid on top for every send and receive of a message past the library's
+  eager limit, :class:`sparsecoll.execute.p2p.WireLimits`: the handshake such a message waits
+  for, which joining messages to one peer saves);
 * ``sparsecoll``: the software cost of sparsecoll's own executor, ``per_call`` by form
   (``blocking``, ``nonblocking``, ``persistent``), ``per_step`` (the scheduling round a
   multi-step schedule pays between its steps) and ``combined_factor`` (optional, default 1:
@@ -52,6 +55,8 @@ FORMAT = 1
 ENVIRONMENT = "SPARSECOLL_PROFILE"
 LEVELS = ("self", "socket", "node", "network")
 LEVEL_FIELDS = ("alpha", "beta", "overhead")
+#: Level fields a profile may leave out (profiles written before they were measured), and their default.
+OPTIONAL_LEVEL_FIELDS = {"rendezvous": 0.0}
 FORMS = ("blocking", "nonblocking", "persistent")
 
 
@@ -64,7 +69,7 @@ class Load:
     """The parameters measured at one load (ranks per core)."""
 
     ranks_per_core: float
-    levels: dict  # level -> {alpha, beta, overhead}
+    levels: dict  # level -> {alpha, beta, overhead, rendezvous (optional)}
     sparsecoll_per_call: dict  # form -> seconds
     sparsecoll_per_step: float
     native_per_call: dict  # form -> seconds
@@ -72,6 +77,9 @@ class Load:
     rma: dict | None = None  # {"per_message": s (signed), "byte_factor": > 0}, or None: not measured
 
     def __post_init__(self):
+        if any(name not in values for values in self.levels.values() for name in OPTIONAL_LEVEL_FIELDS):
+            object.__setattr__(self, "levels", {level: {**OPTIONAL_LEVEL_FIELDS, **values}
+                                                for level, values in self.levels.items()})
         if not isinstance(self.combined_factor, dict):  # one number for both families
             object.__setattr__(self, "combined_factor", dict.fromkeys(FAMILIES, float(self.combined_factor)))
 
@@ -199,6 +207,9 @@ class _Reader:
         for level in LEVELS:
             values = self.mapping(self.field(levels, level, f"{key}.levels"), f"{key}.levels.{level}")
             checked[level] = {name: self.number(values, name, f"{key}.levels.{level}") for name in LEVEL_FIELDS}
+            for name, default in OPTIONAL_LEVEL_FIELDS.items():
+                checked[level][name] = (self.number(values, name, f"{key}.levels.{level}") if name in values
+                                        else default)
         ours = self.mapping(self.field(entry, "sparsecoll", key), f"{key}.sparsecoll")
         library = self.mapping(self.field(entry, "native", key), f"{key}.native")
         ranks_per_core = self.number(entry, "ranks_per_core", key)

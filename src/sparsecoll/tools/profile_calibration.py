@@ -16,7 +16,10 @@ maximum over ranks:
   overhead and sparsecoll's per-call, per-step and combined-message costs are fitted on them,
   a neighborhood of the kind users run;
 * ``direct``'s persistent alltoall on the stencil at 8 B and 64 KiB on the step and on the RMA
-  executor: the profile's ``rma`` costs (:func:`sparsecoll.model.calibrate.fit_rma`).
+  executor: the profile's ``rma`` costs (:func:`sparsecoll.model.calibrate.fit_rma`);
+* the library's persistent alltoall on the stencil with blocks just within and just past the
+  library's eager limit (:func:`sparsecoll.model.calibrate.eager_straddle`), timed together:
+  the ``rendezvous`` cost of a message past it.
 
 :func:`sparsecoll.model.calibrate.fit_profile_load` turns the medians into a profile load.
 """
@@ -29,7 +32,7 @@ import numpy
 from mpi4py import MPI
 
 from sparsecoll import cart_neighborhood_create, wrap
-from sparsecoll.model.calibrate import PROFILE_LARGE, PROFILE_SMALL, PROFILE_STENCIL, ping_pong
+from sparsecoll.model.calibrate import PROFILE_LARGE, PROFILE_SMALL, PROFILE_STENCIL, eager_straddle, ping_pong
 
 from .fair_timing import call_orders, fix_malloc_threshold, fresh_buffer
 
@@ -97,19 +100,28 @@ def measure(world, reps: int, progress=print) -> tuple:
             recv = fresh_buffer(numpy.zeros(edges * block, dtype="u1"))
             keep.append((send, recv))
             calls[(name, "alltoall", "persistent", block)] = _caller(comm, "persistent", send, recv)
+    # the library's persistent alltoall on the stencil just within and just past its eager limit,
+    # timed together: what a message past it costs (its ``rendezvous``)
+    straddle = eager_straddle()
+    library = wrap(grid, "native")
+    for block in straddle:
+        send = fresh_buffer(numpy.ones(edges * block, dtype="u1"))
+        recv = fresh_buffer(numpy.zeros(edges * block, dtype="u1"))
+        keep.append((send, recv))
+        calls[("native", "alltoall", "persistent", block)] = _caller(library, "persistent", send, recv)
     # one interleaved group per block size, as one row of the benchmark: a 64 KiB call between two
     # 8 B calls leaves the caches to the 8 B call's cost (measured: direct's 8 B stencil alltoall
     # 0.78x the library's alone, 0.96-1.02x among the 64 KiB variants)
     groups: dict = {}
     for key in calls:
-        groups.setdefault(key[-1], []).append(key)
+        groups.setdefault("eager limit" if key[-1] in straddle else f"{key[-1]} B", []).append(key)
     progress(f"calibrate: {len(calls)} variants in {len(groups)} groups by block size x {reps} interleaved "
              f"repetitions on {size} ranks")
     for call in calls.values():  # warm-up
         for _ in range(3):
             call()
     medians = {}
-    for number, (block, keys) in enumerate(sorted(groups.items()), 1):
+    for number, (label, keys) in enumerate(groups.items(), 1):
         samples = numpy.zeros((reps, len(keys)))
         local = numpy.zeros(len(keys))
         orders = call_orders(len(keys))
@@ -121,7 +133,7 @@ def measure(world, reps: int, progress=print) -> tuple:
                 local[i] = time.perf_counter() - start
             world.Allreduce(local, samples[rep], op=MPI.MAX)
             if progress is not None and (rep + 1) % max(reps // 2, 1) == 0:
-                progress(f"calibrate: {block} B group ({number}/{len(groups)}): {rep + 1}/{reps} repetitions")
+                progress(f"calibrate: {label} group ({number}/{len(groups)}): {rep + 1}/{reps} repetitions")
         medians.update({key: float(numpy.median(samples[:, i])) for i, key in enumerate(keys)})
     times = {key: value for key, value in medians.items() if key[1] not in ("alltoall", "allgather")}
     stencil = {key: (value, patterns[(key[0], key[1])]) for key, value in medians.items()
