@@ -181,10 +181,10 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
     )
     from sparsecoll.model.profile import FORMS, LEVELS, Load
     from sparsecoll.topology.cartesian import Grid, offset_topology
-    alpha, beta, overhead, rendezvous = 2e-6, 0.5e-9, 0.4e-6, 1.5e-6
-    levels = {level: {"alpha": alpha, "beta": beta, "overhead": overhead, "rendezvous": rendezvous}
-              for level in LEVELS}
-    levels["self"] = {"alpha": 0.0, "beta": 0.1e-9, "overhead": overhead, "rendezvous": 0.0}
+    alpha, beta, overhead, rendezvous, step_wait = 2e-6, 0.5e-9, 0.4e-6, 1.5e-6, 5e-6
+    levels = {level: {"alpha": alpha, "beta": beta, "overhead": overhead, "rendezvous": rendezvous,
+                      "rendezvous_step": step_wait} for level in LEVELS}
+    levels["self"] = {"alpha": 0.0, "beta": 0.1e-9, "overhead": overhead, "rendezvous": 0.0, "rendezvous_step": 0.0}
     truth = Load(1.0, levels, {"blocking": 9e-6, "nonblocking": 12e-6, "persistent": 4e-6}, 6e-6,
                  {"blocking": 5e-6, "nonblocking": 6e-6, "persistent": 3e-6}, {"allgather": 1.5, "alltoall": 2.5},
                  {"per_message": -0.2e-6, "byte_factor": 1.7})
@@ -209,6 +209,10 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
                 for block in (small, large):
                     stencil[(name, family, form, block)] = (
                         float(seconds[FORMS.index(form), choice.size_class(block)]), pattern)
+            if family == "alltoall" and name != "native":  # just past the eager limit
+                past = eager_straddle()[1]
+                stencil[(name, family, "persistent", past)] = (
+                    float(seconds[FORMS.index("persistent"), choice.size_class(past)]), pattern)
         if family == "alltoall":  # the library's call just within and just past its eager limit
             cost = choice.pattern_cost(patterns["native"], truth, native=True)
             for block in eager_straddle():
@@ -224,6 +228,7 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
                               stencil)
     assert fitted.levels["socket"]["overhead"] == pytest.approx(overhead)
     assert fitted.levels["socket"]["rendezvous"] == pytest.approx(rendezvous, rel=1e-3)
+    assert fitted.levels["socket"]["rendezvous_step"] == pytest.approx(step_wait if dims != (2, 1) else 0.0, abs=1e-9)
     assert fitted.levels["socket"]["beta"] == pytest.approx(beta)
     assert fitted.levels["socket"]["alpha"] == pytest.approx(alpha)
     for form in FORMS:

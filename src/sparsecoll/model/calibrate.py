@@ -258,6 +258,12 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
       messages to one peer saves that handshake: 8 ranks, Moore neighborhood, persistent
       alltoall, 4 KiB blocks: the library's call 90 us at 4096 B, 40 us at 3968 B; ``direct``,
       which joins them, 0.85 x the library's call);
+    * ``rendezvous_step``: ``cartesian`` - ``direct`` (persistent alltoall on the stencil, blocks
+      just past the eager limit) less the model's gap, per step beyond the first that waits for
+      a handshake (Open MPI, 8 ranks on 2 cores, Moore, 4 KiB blocks: ``cartesian`` and
+      ``common_neighbor``, two steps, predicted at 0.87-0.89 x the library's call without it,
+      measured 1.02 x; ``direct`` 0.83 x). The 64 KiB gaps that fit ``per_step`` and
+      ``combined_factor`` hold these waits too, so the two fits take turns until they settle;
     * ``alpha``: the one-way time of an 8 B ping-pong less two overheads;
     * the library's ``per_call[form]``: its one-edge 8 B ring call less what the model charges
       its one step;
@@ -378,29 +384,54 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
         missing = max(gap("direct", "native", family, form, small, load)[0] for family in FAMILIES)
         ours[form] = max(ours[form] + max(missing, 0.0), 0.0)  # never below what one edge shows
     load = replace(load, sparsecoll_per_call=dict(ours))
-    # cartesian - direct, at 8 B and 64 KiB: extra steps and combined bytes, solved together per family
-    per_step, factors, observed = 0.0, {}, False
-    for family in FAMILIES:
-        missing_small, costs = gap("cartesian", "direct", family, "blocking", small, load)
-        missing_large, _ = gap("cartesian", "direct", family, "blocking", large, load)
-        extra_steps = costs[0].steps - costs[1].steps
-        pattern = stencil[("cartesian", family, "blocking", large)][1]
-        combined_items = sum(len(m.items) for step in pattern.steps for direction in (step.sends, step.recvs)
-                             for m in direction if len(m.items) > 1)
-        per_byte = combined_items * levels[pair_level]["beta"]
-        spread = per_byte * (CLASS_BYTES[size_class(large)] - CLASS_BYTES[size_class(small)])
-        extra_factor = (missing_large - missing_small) / spread if spread > 0 else 0.0
-        if extra_steps > 0:
-            observed = True
-            per_step = max(per_step, (missing_small - per_byte * CLASS_BYTES[size_class(small)] * extra_factor)
-                           / extra_steps)
-        factors[family] = min(max(1.0 + extra_factor, 1.0), 100.0)
-    # the per-call costs fitted so far hold direct's one step: charge it as a step from now on;
-    # a stencil on which cartesian takes no more steps than direct (2 ranks: a dimension of 1)
-    # cannot show the cost of a step, so base's stands (0 would make every extra step free)
-    per_step = max(per_step, 0.0) if observed else base.sparsecoll_per_step
-    load = replace(load, sparsecoll_per_step=per_step, combined_factor=factors,
-                   sparsecoll_per_call={form: max(cost - per_step, 0.0) for form, cost in ours.items()})
+    def fit_steps(load: Load) -> Load:
+        """``load`` with ``per_step`` and ``combined_factor`` fitted: cartesian - direct at 8 B and
+        64 KiB, extra steps and combined bytes, solved together per family."""
+        per_step, factors, observed = 0.0, {}, False
+        for family in FAMILIES:
+            missing_small, costs = gap("cartesian", "direct", family, "blocking", small, load)
+            missing_large, _ = gap("cartesian", "direct", family, "blocking", large, load)
+            extra_steps = costs[0].steps - costs[1].steps
+            pattern = stencil[("cartesian", family, "blocking", large)][1]
+            combined_items = sum(len(m.items) for step in pattern.steps for direction in (step.sends, step.recvs)
+                                 for m in direction if len(m.items) > 1)
+            per_byte = combined_items * levels[pair_level]["beta"]
+            spread = per_byte * (CLASS_BYTES[size_class(large)] - CLASS_BYTES[size_class(small)])
+            extra_factor = (missing_large - missing_small) / spread if spread > 0 else 0.0
+            if extra_steps > 0:
+                observed = True
+                per_step = max(per_step, (missing_small - per_byte * CLASS_BYTES[size_class(small)] * extra_factor)
+                               / extra_steps)
+            factors[family] = min(max(1.0 + extra_factor, 1.0), 100.0)
+        # the per-call costs fitted so far hold direct's one step: charge it as a step from now on;
+        # a stencil on which cartesian takes no more steps than direct (2 ranks: a dimension of 1)
+        # cannot show the cost of a step, so base's stands (0 would make every extra step free)
+        per_step = max(per_step, 0.0) if observed else base.sparsecoll_per_step
+        return replace(load, sparsecoll_per_step=per_step, combined_factor=factors,
+                       sparsecoll_per_call={form: max(cost - per_step, 0.0) for form, cost in ours.items()})
+
+    def with_step_wait(load: Load, seconds: float) -> Load:
+        """``load`` with ``rendezvous_step`` at ``seconds`` on every level but ``self``."""
+        return replace(load, levels={level: {**values, "rendezvous_step": 0.0 if level == "self" else seconds}
+                                     for level, values in load.levels.items()})
+
+    def fit_step_wait(load: Load) -> float:
+        """``rendezvous_step``: cartesian - direct just past the eager limit (persistent alltoall)
+        less the model's gap, per step that waits for a handshake beyond direct's."""
+        past = eager_straddle()[1]
+        if not all((name, "alltoall", "persistent", past) in stencil for name in ("cartesian", "direct")):
+            return 0.0
+        missing, _ = gap("cartesian", "direct", "alltoall", "persistent", past, with_step_wait(load, 0.0))
+        unit = -gap("cartesian", "direct", "alltoall", "persistent", past, with_step_wait(load, 1.0))[0] + missing
+        return max(missing / unit, 0.0) if unit > 0 else 0.0
+
+    step_wait = 0.0
+    for _ in range(5):  # the 64 KiB gap holds the step waits too: a few rounds settle both
+        unfitted = replace(load, sparsecoll_per_step=0.0, sparsecoll_per_call=dict(ours),
+                           combined_factor=dict.fromkeys(FAMILIES, 1.0))
+        load = fit_steps(with_step_wait(unfitted, step_wait))
+        step_wait = fit_step_wait(load)
+    load = with_step_wait(load, step_wait)
     return replace(load, rma=fit_rma(stencil, load))
 
 

@@ -8,7 +8,9 @@ size ``m`` bytes as
 
 where the messages of a step are its sends and its receives (one port, as the Hockney model
 of the 2023 paper's eq. 4 charges a rank both), ``rendezvous`` is paid by a message past the
-library's eager limit (:class:`sparsecoll.execute.p2p.WireLimits`), ``alpha``, ``beta``,
+library's eager limit (:class:`sparsecoll.execute.p2p.WireLimits`), and every step with such a
+message but one pays ``rendezvous_step`` (the handshake a step that depends on the one before
+waits for; a one-step call's is in its per-message costs), ``alpha``, ``beta``,
 ``overhead`` and ``rendezvous`` are those of the message's placement level (``self``,
 ``socket``, ``node``, ``network``), ``per_call`` is sparsecoll's (or, for ``native``, the
 library's) cost of one call of that form, and ``per_step`` sparsecoll's cost of one
@@ -123,11 +125,14 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
     limits = wire_limits()
     eager = limits.eager_bytes
     steps = messages = 0
+    waits = numpy.zeros(CLASSES)  # per class: the handshake waits of the steps, all summed ...
+    longest_wait = numpy.zeros(CLASSES)  # ... and the longest, which the per-message costs hold
     for step in pattern.steps:
         if not (step.sends or step.recvs):
             continue
         steps += 1
         latency = 0.0
+        wait = numpy.zeros(CLASSES)  # per class: this step's wait for a handshake, if a message needs one
         for direction in (step.sends, step.recvs):
             params = [load.levels[level_of(message.peer)] for message in direction]
             items = [len(message.items) for message in direction]
@@ -136,7 +141,9 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
                 per_byte += count * level["beta"] * (combined if count > 1 else 1.0)
             if native:  # one message per edge
                 for level, count in zip(params, items):
-                    by_class += level["overhead"] + level.get("rendezvous", 0.0) * (count * CLASS_BYTES > eager)
+                    past = count * CLASS_BYTES > eager
+                    by_class += level["overhead"] + level.get("rendezvous", 0.0) * past
+                    wait = numpy.maximum(wait, level.get("rendezvous_step", 0.0) * past)
                 continue
             peers = [message.peer for message in direction]
             for c in range(CLASSES):  # the messages that go on the wire at this block size
@@ -146,8 +153,12 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
                     by_class[c] += level["overhead"]
                     if sum(sizes[i] for i in run) > eager:
                         by_class[c] += level.get("rendezvous", 0.0)
+                        wait[c] = max(wait[c], level.get("rendezvous_step", 0.0))
+        waits += wait
+        longest_wait = numpy.maximum(longest_wait, wait)
         fixed += per_step + latency
         messages += len(step.sends)
+    by_class += waits - longest_wait  # a step that waits for the one before it waits for its handshake
     copies = 0 if native or recv_items is None else final_copies(pattern, recv_items)
     if copies:
         own = load.levels["self"]

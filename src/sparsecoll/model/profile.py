@@ -10,7 +10,9 @@ oversubscribed), each with
   ``overhead`` (s, paid for every send and every receive) and, optional (default 0),
   ``rendezvous`` (s, paid on top for every send and receive of a message past the library's
   eager limit, :class:`sparsecoll.execute.p2p.WireLimits`: the handshake such a message waits
-  for, which joining messages to one peer saves);
+  for, which joining messages to one peer saves) and ``rendezvous_step`` (s, optional, default
+  0: what a step of a multi-step schedule with such a message adds, its handshake on the
+  critical path, for every such step but one);
 * ``sparsecoll``: the software cost of sparsecoll's own executor, ``per_call`` by form
   (``blocking``, ``nonblocking``, ``persistent``), ``per_step`` (the scheduling round a
   multi-step schedule pays between its steps) and ``combined_factor`` (optional, default 1:
@@ -56,7 +58,7 @@ ENVIRONMENT = "SPARSECOLL_PROFILE"
 LEVELS = ("self", "socket", "node", "network")
 LEVEL_FIELDS = ("alpha", "beta", "overhead")
 #: Level fields a profile may leave out (profiles written before they were measured), and their default.
-OPTIONAL_LEVEL_FIELDS = {"rendezvous": 0.0}
+OPTIONAL_LEVEL_FIELDS = {"rendezvous": 0.0, "rendezvous_step": 0.0}
 FORMS = ("blocking", "nonblocking", "persistent")
 
 
@@ -69,7 +71,7 @@ class Load:
     """The parameters measured at one load (ranks per core)."""
 
     ranks_per_core: float
-    levels: dict  # level -> {alpha, beta, overhead, rendezvous (optional)}
+    levels: dict  # level -> {alpha, beta, overhead, rendezvous and rendezvous_step (optional)}
     sparsecoll_per_call: dict  # form -> seconds
     sparsecoll_per_step: float
     native_per_call: dict  # form -> seconds

@@ -18,8 +18,9 @@ maximum over ranks:
 * ``direct``'s persistent alltoall on the stencil at 8 B and 64 KiB on the step and on the RMA
   executor: the profile's ``rma`` costs (:func:`sparsecoll.model.calibrate.fit_rma`);
 * the library's persistent alltoall on the stencil with blocks just within and just past the
-  library's eager limit (:func:`sparsecoll.model.calibrate.eager_straddle`), timed together:
-  the ``rendezvous`` cost of a message past it.
+  library's eager limit (:func:`sparsecoll.model.calibrate.eager_straddle`), and ``direct``'s
+  and ``cartesian``'s just past it, timed together: the ``rendezvous`` cost of a message past
+  the limit, and the ``rendezvous_step`` of a step that waits for its handshake.
 
 :func:`sparsecoll.model.calibrate.fit_profile_load` turns the medians into a profile load.
 """
@@ -102,13 +103,14 @@ def measure(world, reps: int, progress=print) -> tuple:
             calls[(name, "alltoall", "persistent", block)] = _caller(comm, "persistent", send, recv)
     # the library's persistent alltoall on the stencil just within and just past its eager limit,
     # timed together: what a message past it costs (its ``rendezvous``)
+    # and direct's and cartesian's just past it: what a second step that waits for a handshake adds
     straddle = eager_straddle()
-    library = wrap(grid, "native")
-    for block in straddle:
+    within, past = straddle
+    for name, block in (("native", within), ("native", past), ("direct", past), ("cartesian", past)):
         send = fresh_buffer(numpy.ones(edges * block, dtype="u1"))
         recv = fresh_buffer(numpy.zeros(edges * block, dtype="u1"))
         keep.append((send, recv))
-        calls[("native", "alltoall", "persistent", block)] = _caller(library, "persistent", send, recv)
+        calls[(name, "alltoall", "persistent", block)] = _caller(wrap(grid, name), "persistent", send, recv)
     # one interleaved group per block size, as one row of the benchmark: a 64 KiB call between two
     # 8 B calls leaves the caches to the 8 B call's cost (measured: direct's 8 B stencil alltoall
     # 0.78x the library's alone, 0.96-1.02x among the 64 KiB variants)
