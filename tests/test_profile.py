@@ -30,6 +30,19 @@ def test_a_profile_file_round_trips(tmp_path):
     assert loaded.path == str(path)
 
 
+def test_profiles_written_before_the_rendezvous_costs_read_them_as_0(tmp_path):
+    """``rendezvous`` and ``rendezvous_step`` are optional: a level without them costs no handshake."""
+    data = builtin_json()
+    for load in data["loads"]:
+        for values in load["levels"].values():
+            values.pop("rendezvous")
+            values.pop("rendezvous_step")
+    data["loads"][1]["levels"]["socket"]["rendezvous"] = 3e-6
+    loaded = Profile.load(write(tmp_path, data))
+    assert loaded.loads[1].levels["socket"] == {**BUILTIN.loads[1].levels["socket"], "rendezvous": 3e-6}
+    assert loaded.loads[0].levels["node"]["rendezvous"] == loaded.loads[0].levels["node"]["rendezvous_step"] == 0.0
+
+
 def test_one_combined_factor_stands_for_both_families(tmp_path):
     """A profile may give ``combined_factor`` as one number (both families) or one per family."""
     data = builtin_json()
@@ -60,6 +73,9 @@ def test_one_combined_factor_stands_for_both_families(tmp_path):
      "loads[0].sparsecoll.combined_factor.alltoall"),
     (lambda d: d["loads"][0]["sparsecoll"]["combined_factor"].__setitem__("allgather", 0.9),
      "loads[0].sparsecoll.combined_factor.allgather"),
+    (lambda d: d["loads"][1]["levels"]["socket"].__setitem__("rendezvous", -1e-6), "loads[1].levels.socket.rendezvous"),
+    (lambda d: d["loads"][0]["levels"]["node"].__setitem__("rendezvous_step", "slow"),
+     "loads[0].levels.node.rendezvous_step"),
 ])
 def test_bad_profiles_name_the_file_and_the_key(tmp_path, edit, key):
     data = builtin_json()
@@ -146,20 +162,47 @@ def test_size_classes():
     assert choice.CLASS_BYTES[4] > 8 and choice.CLASS_BYTES[4] < 16
 
 
-def test_small_messages_to_one_peer_are_charged_as_the_executor_sends_them():
-    """direct's executor joins small messages of a step to one peer; the library does not."""
+def test_messages_to_one_peer_are_charged_as_the_executor_sends_them():
+    """direct's executor joins the messages of a step to one peer within the library's limits
+    (:func:`sparsecoll.execute.p2p.wire_runs`); the library sends one per edge, and each message
+    past the eager limit pays a rendezvous."""
     from sparsecoll.algorithms.direct import direct_pattern
+    from sparsecoll.execute.p2p import wire_limits
     from sparsecoll.topology import graph_topology
     topology = graph_topology(0, 2, [1] * 4, [1] * 4)  # four edges each way, all to rank 1
     pattern = direct_pattern(topology, "alltoall")
-    load = BUILTIN.loads[0]
-    overhead = load.levels["socket"]["overhead"]
+    base = BUILTIN.loads[0]
+    load = type(base)(1.0, {k: {**v, "rendezvous": 2e-6} for k, v in base.levels.items()},
+                      base.sparsecoll_per_call, base.sparsecoll_per_step, base.native_per_call)
+    overhead, rendezvous = load.levels["socket"]["overhead"], 2e-6
     ours = choice.pattern_cost(pattern, load)
     library = choice.pattern_cost(pattern, load, native=True)
     small, large = choice.size_class(8), choice.size_class(1 << 16)
     assert ours.by_class[small] == pytest.approx(2 * overhead)  # one send and one receive on the wire
-    assert ours.by_class[large] == pytest.approx(8 * overhead)  # large blocks go one by one
-    assert library.by_class[small] == library.by_class[large] == pytest.approx(8 * overhead)
+    large_messages = 2 if wire_limits().join_any_size else 8  # joined where the library gains (Open MPI)
+    assert ours.by_class[large] == pytest.approx(large_messages * (overhead + rendezvous))
+    assert library.by_class[small] == pytest.approx(8 * overhead)
+    assert library.by_class[large] == pytest.approx(8 * (overhead + rendezvous))
+
+
+def test_every_step_but_one_that_waits_for_a_handshake_pays_for_it():
+    """``rendezvous_step``: a two-step schedule past the eager limit pays it once, one step never."""
+    from sparsecoll.algorithms.cartesian import combining_pattern
+    from sparsecoll.algorithms.direct import direct_pattern
+    from sparsecoll.topology.cartesian import Grid, offset_topology
+    nine_point = [(dx, dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1) if (dx, dy) != (0, 0)]
+    topology = offset_topology(Grid((4, 4), (True, True)), 5, nine_point)
+    base = BUILTIN.loads[0]
+    waiting = type(base)(1.0, {k: {**v, "rendezvous_step": 7e-6} for k, v in base.levels.items()},
+                         base.sparsecoll_per_call, base.sparsecoll_per_step, base.native_per_call)
+    small, large = choice.size_class(8), choice.size_class(1 << 16)
+    for pattern, native, waits in ((combining_pattern(topology, "alltoall"), False, 1),
+                                   (direct_pattern(topology, "alltoall"), False, 0),
+                                   (direct_pattern(topology, "alltoall"), True, 0)):
+        extra = numpy.subtract(choice.pattern_cost(pattern, waiting, native=native).by_class,
+                               choice.pattern_cost(pattern, base, native=native).by_class)
+        assert extra[small] == 0.0
+        assert extra[large] == pytest.approx(waits * 7e-6)
 
 
 @pytest.mark.parametrize("dims", [(4, 4), (4, 2), (2, 1)])

@@ -384,6 +384,7 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
         missing = max(gap("direct", "native", family, form, small, load)[0] for family in FAMILIES)
         ours[form] = max(ours[form] + max(missing, 0.0), 0.0)  # never below what one edge shows
     load = replace(load, sparsecoll_per_call=dict(ours))
+
     def fit_steps(load: Load) -> Load:
         """``load`` with ``per_step`` and ``combined_factor`` fitted: cartesian - direct at 8 B and
         64 KiB, extra steps and combined bytes, solved together per family."""
