@@ -43,7 +43,7 @@ class WireLimits:
     a handshake saved is worth more than the struct costs. Speed-up over the library's call,
     2 ranks, Moore and 27-point neighborhoods, blocking and persistent: 2 KiB blocks 0.89-1.59
     joined, 0.65-1.05 within the limit; 4-64 KiB 1.6-6.3 joined, 0.89-1.02 not. 8 ranks on 2
-    cores: 4-64 KiB 1.14-1.19 joined; there a handshake costs a context switch, and 2 KiB
+    cores: 4-64 KiB persistent 1.06-1.19 joined; there a handshake costs a context switch, and 2 KiB
     blocks joined across the limit run at 0.64, within it at 0.94, which the cost model
     charges: :mod:`sparsecoll.model.choice`).
     """
