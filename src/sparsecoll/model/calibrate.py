@@ -361,7 +361,7 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
         if i <= position:
             levels[level] = dict(measured)
         else:
-            levels[level] = {name: max(value, base.levels[level].get(name, 0.0)) for name, value in measured.items()}
+            levels[level] = {name: max(value, base.levels[level][name]) for name, value in measured.items()}
     load = Load(ranks_per_core, levels, ours, 0.0, native, 1.0)
 
     # the stencil's receive blocks, as the library's pattern receives them (one message per edge):
@@ -423,7 +423,7 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
         if not all((name, "alltoall", "persistent", past) in stencil for name in ("cartesian", "direct")):
             return 0.0
         missing, _ = gap("cartesian", "direct", "alltoall", "persistent", past, with_step_wait(load, 0.0))
-        unit = -gap("cartesian", "direct", "alltoall", "persistent", past, with_step_wait(load, 1.0))[0] + missing
+        unit = missing - gap("cartesian", "direct", "alltoall", "persistent", past, with_step_wait(load, 1.0))[0]
         return max(missing / unit, 0.0) if unit > 0 else 0.0
 
     step_wait = 0.0

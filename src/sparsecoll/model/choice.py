@@ -142,8 +142,8 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
             if native:  # one message per edge
                 for level, count in zip(params, items):
                     past = count * CLASS_BYTES > eager
-                    by_class += level["overhead"] + level.get("rendezvous", 0.0) * past
-                    wait = numpy.maximum(wait, level.get("rendezvous_step", 0.0) * past)
+                    by_class += level["overhead"] + level["rendezvous"] * past
+                    wait = numpy.maximum(wait, level["rendezvous_step"] * past)
                 continue
             peers = [message.peer for message in direction]
             for c in range(CLASSES):  # the messages that go on the wire at this block size
@@ -152,8 +152,8 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
                     level = params[run[0]]
                     by_class[c] += level["overhead"]
                     if sum(sizes[i] for i in run) > eager:
-                        by_class[c] += level.get("rendezvous", 0.0)
-                        wait[c] = max(wait[c], level.get("rendezvous_step", 0.0))
+                        by_class[c] += level["rendezvous"]
+                        wait[c] = max(wait[c], level["rendezvous_step"])
         waits += wait
         longest_wait = numpy.maximum(longest_wait, wait)
         fixed += per_step + latency

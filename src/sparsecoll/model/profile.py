@@ -209,9 +209,8 @@ class _Reader:
         for level in LEVELS:
             values = self.mapping(self.field(levels, level, f"{key}.levels"), f"{key}.levels.{level}")
             checked[level] = {name: self.number(values, name, f"{key}.levels.{level}") for name in LEVEL_FIELDS}
-            for name, default in OPTIONAL_LEVEL_FIELDS.items():
-                checked[level][name] = (self.number(values, name, f"{key}.levels.{level}") if name in values
-                                        else default)
+            checked[level].update({name: self.number(values, name, f"{key}.levels.{level}")
+                                   for name in OPTIONAL_LEVEL_FIELDS if name in values})  # Load fills the rest
         ours = self.mapping(self.field(entry, "sparsecoll", key), f"{key}.sparsecoll")
         library = self.mapping(self.field(entry, "native", key), f"{key}.native")
         ranks_per_core = self.number(entry, "ranks_per_core", key)

@@ -186,8 +186,8 @@ def _main_profile(comm, args, cores: int) -> int:
         level = load.levels[pair_level]
         combined = ", ".join(f"{family} {factor:.2f}" for family, factor in load.combined_factor.items())
         say(f"{pair_level}: alpha {level['alpha'] * 1e6:.2f} us, beta {level['beta'] * 1e9:.4f} ns/B, "
-            f"overhead {level['overhead'] * 1e6:.2f} us, rendezvous {level.get('rendezvous', 0.0) * 1e6:.2f} us "
-            f"(a waiting step {level.get('rendezvous_step', 0.0) * 1e6:.2f} us); "
+            f"overhead {level['overhead'] * 1e6:.2f} us, rendezvous {level['rendezvous'] * 1e6:.2f} us "
+            f"(a waiting step {level['rendezvous_step'] * 1e6:.2f} us); "
             f"sparsecoll per step {load.sparsecoll_per_step * 1e6:.2f} us, "
             f"combined messages {combined} x beta")
         per_call = [f"{form} native {load.native_per_call[form] * 1e6:.2f} / sparsecoll "

@@ -72,11 +72,16 @@ def measure(world, reps: int, progress=print) -> tuple:
                                     algorithm="native")
     comms = [ring, grid]
     calls, keep, patterns = {}, [], {}
-    for name, form, edges, block in wanted:
-        send = fresh_buffer(numpy.ones(edges * block, dtype="u1"))
-        recv = fresh_buffer(numpy.zeros(edges * block, dtype="u1"))
+
+    def add(key, comm, form: str, send_bytes: int, recv_bytes: int, family: str = "alltoall") -> None:
+        """One timed variant: fresh send and receive buffers (kept alive) and its call."""
+        send = fresh_buffer(numpy.ones(send_bytes, dtype="u1"))
+        recv = fresh_buffer(numpy.zeros(recv_bytes, dtype="u1"))
         keep.append((send, recv))
-        calls[(name, form, edges, block)] = _caller(wrap(ring, name), form, send, recv)
+        calls[key] = _caller(comm, form, send, recv, family)
+
+    for name, form, edges, block in wanted:
+        add((name, form, edges, block), wrap(ring, name), form, edges * block, edges * block)
     edges = len(PROFILE_STENCIL)
     for family in ("alltoall", "allgather"):
         blocks = edges if family == "alltoall" else 1
@@ -86,31 +91,21 @@ def measure(world, reps: int, progress=print) -> tuple:
             forms = ("blocking", "persistent") if name != "cartesian" else ("blocking",)
             for block in (small, large):
                 for form in forms if block == small else ("blocking",):
-                    send = fresh_buffer(numpy.ones(blocks * block, dtype="u1"))
-                    recv = fresh_buffer(numpy.zeros(edges * block, dtype="u1"))
-                    keep.append((send, recv))
-                    calls[(name, family, form, block)] = _caller(comm, form, send, recv, family)
+                    add((name, family, form, block), comm, form, blocks * block, edges * block, family)
     # what the RMA executor adds to direct's persistent alltoall, at both sizes (auto's "[rma]" twins)
     for name, executor in (("direct", "steps"), ("direct[rma]", "rma")):
         comm = wrap(grid, "direct", executor=executor)
         patterns[(name, "alltoall")] = comm.pattern("alltoall")
         for block in (small, large):
-            if (name, "alltoall", "persistent", block) in calls:
-                continue
-            send = fresh_buffer(numpy.ones(edges * block, dtype="u1"))
-            recv = fresh_buffer(numpy.zeros(edges * block, dtype="u1"))
-            keep.append((send, recv))
-            calls[(name, "alltoall", "persistent", block)] = _caller(comm, "persistent", send, recv)
+            if (name, "alltoall", "persistent", block) not in calls:
+                add((name, "alltoall", "persistent", block), comm, "persistent", edges * block, edges * block)
     # the library's persistent alltoall on the stencil just within and just past its eager limit,
-    # timed together: what a message past it costs (its ``rendezvous``)
-    # and direct's and cartesian's just past it: what a second step that waits for a handshake adds
+    # timed together: what a message past it costs (its ``rendezvous``); and direct's and
+    # cartesian's just past it: what a second step that waits for a handshake adds
     straddle = eager_straddle()
     within, past = straddle
     for name, block in (("native", within), ("native", past), ("direct", past), ("cartesian", past)):
-        send = fresh_buffer(numpy.ones(edges * block, dtype="u1"))
-        recv = fresh_buffer(numpy.zeros(edges * block, dtype="u1"))
-        keep.append((send, recv))
-        calls[(name, "alltoall", "persistent", block)] = _caller(wrap(grid, name), "persistent", send, recv)
+        add((name, "alltoall", "persistent", block), wrap(grid, name), "persistent", edges * block, edges * block)
     # one interleaved group per block size, as one row of the benchmark: a 64 KiB call between two
     # 8 B calls leaves the caches to the 8 B call's cost (measured: direct's 8 B stencil alltoall
     # 0.78x the library's alone, 0.96-1.02x among the 64 KiB variants)
