@@ -2,6 +2,11 @@
 
 Run: python benchmarks/auto/summarize.py benchmarks/auto/results-mpich/results.csv [--over 1.05]
 Ratios are the medians of interleaved per-repetition ratios that ``sparsecoll bench`` writes.
+
+The last line is the noise floor of one row: in every row auto runs what one of the other
+columns runs (the library's own call, or a sparsecoll schedule), so auto's time over that
+column's time, both medians of the same run, would be 1 but for the machine; its spread is
+how far two columns that run the same code differ in one row here.
 """
 
 import argparse
@@ -18,7 +23,7 @@ rows = defaultdict(dict)
 with open(args.csv) as handle:
     for row in csv.DictReader(handle):
         rows[(row["topology"], row["collective"], int(row["size"]), row["mode"])][row["algorithm"]] = row
-to_native, to_best, chose = [], [], defaultdict(int)
+to_native, to_best, same_code, chose = [], [], [], defaultdict(int)
 print(f"{'topology':24} {'collective':10} {'bytes':>6} {'mode':10} {'auto ran':17} {'auto/nat':>8} "
       f"{'best':17} {'best/nat':>8} {'auto/best':>9}")
 for (topology, collective, size, mode), entries in rows.items():
@@ -32,9 +37,16 @@ for (topology, collective, size, mode), entries in rows.items():
     to_native.append(ratio)
     to_best.append(versus_best)
     chose[auto["auto_chose"]] += 1
+    if auto["auto_chose"] in others:
+        same_code.append(float(auto["median_s"]) / float(others[auto["auto_chose"]]["median_s"]))
     if args.over is None or ratio > args.over:
         print(f"{topology:24} {collective:10} {size:6d} {mode:10} {auto['auto_chose']:17} {ratio:8.3f} "
               f"{best:17} {float(others[best]['ratio_to_native_median']):8.3f} {versus_best:9.3f}")
 print(f"{len(to_native)} rows; auto ran {dict(chose)}; auto/native worst {max(to_native):.3f}, median "
       f"{statistics.median(to_native):.3f}, rows over 1.05: {sum(r > 1.05 for r in to_native)}; auto/best worst "
       f"{max(to_best):.3f}, median {statistics.median(to_best):.3f}, rows over 1.1: {sum(r > 1.1 for r in to_best)}")
+if same_code:
+    low, high = min(same_code), max(same_code)
+    print(f"same code in two columns (auto / the column of what it ran, {len(same_code)} rows): median "
+          f"{statistics.median(same_code):.3f}, range {low:.3f}-{high:.3f}, "
+          f"rows differing by over 10 %: {sum(not 1 / 1.1 <= r <= 1.1 for r in same_code)}")
