@@ -22,6 +22,7 @@ Every error is a ValueError or TypeError naming the argument.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from mpi4py import MPI
@@ -100,6 +101,8 @@ def _is_committed(datatype: MPI.Datatype) -> bool:
 
 
 _NO_BYTES = bytearray(0)
+#: Format prefixes of a byte order other than this machine's (``!`` is big-endian).
+_FOREIGN_ORDER = ">!" if sys.byteorder == "little" else "<"
 
 
 def _format_datatype(obj, buf, arg: str) -> MPI.Datatype:
@@ -120,6 +123,9 @@ def _format_datatype(obj, buf, arg: str) -> MPI.Datatype:
     if fmt is None:
         raise TypeError(f"{arg}: cannot infer a datatype from {type(obj).__name__}; pass one explicitly")
     if fmt and fmt[0] in "@=<>!":
+        if fmt[0] in _FOREIGN_ORDER:  # as mpi4py: MPI moves the bytes of the machine's own order
+            raise ValueError(f"{arg}: buffer format {fmt!r} has non-native byte order; convert it "
+                             f"(numpy: .astype(dtype.newbyteorder('='))) or pass a datatype explicitly")
         fmt = fmt[1:]
     if fmt == "B" and buf.format == "B" and isinstance(obj, (bytes, bytearray)):
         return MPI.BYTE
@@ -370,6 +376,23 @@ def parse_w(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
     if not bottom:
         _check_bounds(result, nbytes, arg)
     return result
+
+
+def check_regular_blocks(send: Blocks, recv: Blocks, collective: str) -> None:
+    """The MPI standard's rule for ``Neighbor_allgather`` and ``Neighbor_alltoall``: the type
+    signature of a process's send block equals that of the receive blocks at every other
+    process, "independently of whether the topology graph is connected or not" (its rationale:
+    for optimization). sparsecoll's schedules rely on it: a rank that forwards another rank's
+    block sizes it by its own receive block. A rank whose send and receive blocks differ in
+    bytes (both present) breaks it whatever the others pass: a ValueError naming ``recvbuf``."""
+    if len(send) and len(recv):
+        sent = send.counts[0] * send.types[0].Get_size()
+        received = recv.counts[0] * recv.types[0].Get_size()
+        if sent != received:
+            raise ValueError(
+                f"recvbuf: blocks of {received} bytes where sendbuf's are {sent}: in Neighbor_{collective} "
+                f"the MPI standard requires every process's send block to have the type signature of "
+                f"the receive blocks at all other processes (use the v form for blocks of different sizes)")
 
 
 def is_in_place(buf) -> bool:

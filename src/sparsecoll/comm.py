@@ -519,7 +519,6 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw", sendbuf, recvbuf)
         return call.runtime.persistent(call, sendbuf, recvbuf, info)
 
-
     def Neighbor_allgatherw(self, sendbuf, recvbuf) -> None:
         """Blocking neighborhood allgatherw: allgather with a count, byte displacement and datatype per
         receive block (not in MPI; proposed by Träff and Hunold, ICPP 2019; recvbuf takes the W forms)."""
@@ -862,6 +861,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     grid_option = plan.options.get(cartesian_topology.GRID_OPTION)
     if grid_option is not None and runtime.topology.offsets is None:
         runtime.set_topology(cartesian_topology.detect(runtime.private, runtime.topology, grid_option))
+    runtime.check_supported(plan)
     if wrapper_class is Distgraphcomm and cartesian_topology.is_cartesian(runtime.topology):
         wrapper_class = CartNeighborhoodComm
     wrapped = wrapper_class(comm)

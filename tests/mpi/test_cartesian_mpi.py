@@ -140,8 +140,8 @@ def test_detection_rejects_other_graphs():
         if p > 1:
             assert comm.topology.offsets is None
             assert "not translations" in comm.topology.extra["cartesian"]
-            with pytest.raises(NotImplementedError, match="not translations"):
-                sparsecoll.wrap(graph, "cartesian").Neighbor_alltoall([bytearray(8), MPI.INT], [bytearray(8), MPI.INT])
+            with pytest.raises(ValueError, match="algorithm: 'cartesian' cannot run here: .*not translations"):
+                sparsecoll.wrap(graph, "cartesian")  # at wrap, before any call
             topology = comm.topology
             comm.Neighbor_alltoall(numpy.zeros(topology.outdegree, "i4"), numpy.zeros(topology.indegree, "i4"))
             assert "cartesian" not in comm.plan_stats("alltoall")["auto"]["predicted_seconds"]

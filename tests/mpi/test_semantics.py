@@ -283,6 +283,17 @@ BAD_CALLS = {
     "read-only receive buffer": ("Neighbor_alltoall", lambda n: (numpy.zeros(2, "i4"), bytes(8)), TypeError,
                                  "recvbuf"),
     "not a buffer": ("Neighbor_allgather", lambda n: (object(), numpy.zeros(2, "i4")), TypeError, "sendbuf"),
+    "in place": ("Neighbor_alltoall", lambda n: (MPI.IN_PLACE, numpy.zeros(2, "i4")), ValueError,
+                 "sendbuf: MPI.IN_PLACE"),
+    "non-native byte order": ("Neighbor_allgather", lambda n: (numpy.zeros(1, ">i4"), numpy.zeros(2, ">i4")),
+                              ValueError, "sendbuf: buffer format '>i' has non-native byte order"),
+    # legal for one edge, erroneous by the standard's rule for every pair of processes
+    "allgather blocks unlike the receive blocks": ("Neighbor_allgather",
+                                                   lambda n: (numpy.zeros(1, "i4"), numpy.zeros(4, "i4")),
+                                                   ValueError, "recvbuf: blocks of 8 bytes where sendbuf's are 4"),
+    "alltoall blocks unlike the receive blocks": ("Neighbor_alltoall",
+                                                  lambda n: (numpy.zeros(4, "i4"), numpy.zeros(2, "i4")),
+                                                  ValueError, "recvbuf: blocks of 4 bytes where sendbuf's are 8"),
 }
 
 
@@ -297,6 +308,13 @@ def test_bad_input_raises_before_sending(ring, case, mode):
         getattr(wrapped, name)(*args(1))
     WORLD.Barrier()
     assert not wrapped.runtime.private.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+
+
+def test_an_algorithm_that_cannot_run_on_the_topology_is_refused_at_wrap(ring):
+    for algorithm in ("cartesian", "cartesian_trivial"):  # an MPI Cartcomm matches its neighbors by position
+        with pytest.raises(ValueError, match=f"algorithm: '{algorithm}' cannot run here: .*cart_neighborhood_create"):
+            sparsecoll.wrap(ring, algorithm)
+    sparsecoll.wrap(ring, "direct").Neighbor_alltoall(numpy.zeros(2, "i4"), numpy.zeros(2, "i4"))  # still usable
 
 
 def test_bad_wrap_arguments(ring):

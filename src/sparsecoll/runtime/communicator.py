@@ -16,7 +16,7 @@ from mpi4py import MPI
 
 from .. import algorithms, execute
 from ..bind import bind, has_transit
-from ..buffers import Blocks, parse_simple, parse_vector, parse_w
+from ..buffers import Blocks, check_regular_blocks, parse_simple, parse_vector, parse_w
 from ..execute import StepExecutor as Executor  # the size pass and request counts use the default
 from ..model.choice import size_class
 from ..pattern import FAMILIES, family_of, stats
@@ -86,6 +86,17 @@ class CommRuntime:
     def set_topology(self, topology: Topology) -> None:
         """Replace the Topology (collective: after detecting a Cartesian neighborhood on every rank)."""
         self.topology = topology
+
+    def check_supported(self, plan: Plan) -> None:
+        """ValueError naming ``algorithm`` where ``plan``'s algorithm cannot run on this topology at
+        all (local: the reasons depend on the topology's kind and detected grid, which every rank
+        shares); a family it does not implement raises at that family's first call."""
+        if plan.auto or plan.native:
+            return
+        supports = algorithms.get(plan.algorithm).supports
+        reason = supports(self.topology) if supports is not None else None
+        if reason is not None:
+            raise ValueError(f"algorithm: {plan.algorithm!r} cannot run here: {reason}")
 
     # -- patterns (of a plan naming a registered algorithm) ----------------------------------
     @staticmethod
@@ -337,9 +348,14 @@ class CommRuntime:
     def parse_uncached(self, collective: str, sendbuf, recvbuf):
         """``(send Blocks, recv Blocks)`` of one call's buffer arguments."""
         topology = self.topology
+        for buf, arg in ((sendbuf, "sendbuf"), (recvbuf, "recvbuf")):
+            if buf is MPI.IN_PLACE:  # (mpi4py passes it on; the libraries then move nothing)
+                raise ValueError(f"{arg}: MPI.IN_PLACE is not meaningful in Neighbor_{collective} (MPI standard)")
         send_parser, per_edge, recv_parser = PARSERS[collective]
         send = send_parser(sendbuf, topology.outdegree if per_edge else 1, readonly=True, arg="sendbuf")
         recv = recv_parser(recvbuf, topology.indegree, readonly=False, arg="recvbuf")
+        if collective in REGULAR:
+            check_regular_blocks(send, recv, collective)
         return send, recv
 
     # -- binding (Phase 2 of HiPC 2017) ----------------------------------------------------------
