@@ -32,3 +32,15 @@ def nonnegative_number(value, arg: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{arg}: expected a finite non-negative number, got {value}")
     return float(value)
+
+
+def reduction_op(op) -> None:
+    """The ``op`` of a reduction (``Reduce``, ``Allreduce``, ...): TypeError naming it unless an
+    ``MPI.Op`` other than ``OP_NULL``, ValueError for ``REPLACE`` and ``NO_OP`` (the standard
+    defines them for one-sided accumulates only); checked on every rank before anything is sent,
+    where every rank passes the same op."""
+    from mpi4py import MPI
+    if not isinstance(op, MPI.Op) or op == MPI.OP_NULL:
+        raise TypeError(f"op: expected an MPI.Op, got {op!r}")
+    if op == MPI.REPLACE or op == MPI.NO_OP:
+        raise ValueError("op: MPI.REPLACE and MPI.NO_OP are for one-sided accumulates, not reductions")

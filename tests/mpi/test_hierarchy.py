@@ -534,6 +534,11 @@ def test_bad_arguments_raise_naming_them(comm):
         comm.Reduce_scatter(MPI.IN_PLACE, data, None)
     with pytest.raises(TypeError, match="op"):
         comm.Allreduce(data, data.copy(), op="sum")
+    for op in (MPI.REPLACE, MPI.NO_OP):  # accumulate-only ops: the fixed leaders' path hung on them
+        with pytest.raises(ValueError, match="op: MPI.REPLACE and MPI.NO_OP"):
+            comm.Allreduce(data, data.copy(), op=op)
+        with pytest.raises(ValueError, match="op: MPI.REPLACE and MPI.NO_OP"):
+            comm.Reduce(data, data.copy(), op=op, root=SIZE - 1)
     with pytest.raises(ValueError, match="ranks_per_node"):
         sparsecoll.wrap(WORLD, ranks_per_node=0)
     assert comm.hierarchy_stats()["calls"] == calls  # nothing ran

@@ -49,7 +49,7 @@ import numpy
 from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, parse_vector, reject_in_place
-from ..checks import is_integer
+from ..checks import is_integer, reduction_op
 from .copying import (
     pack,
     pack_block,
@@ -475,8 +475,7 @@ class Hierarchy:
     def reduction_plan(self, datatype: MPI.Datatype, op: MPI.Op):
         """``(basic, per_element)`` to reduce packed ``datatype`` data on, or None for the library's
         collective (see the module docstring); depends only on arguments every rank shares."""
-        if not isinstance(op, MPI.Op) or op == MPI.OP_NULL:
-            raise TypeError(f"op: expected an MPI.Op, got {op!r}")
+        reduction_op(op)
         element = reduction_element(datatype)
         reason = None
         if element is None:

@@ -77,7 +77,7 @@ import numpy
 from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, reject_in_place, span
-from ..checks import is_integer
+from ..checks import is_integer, reduction_op
 from .node import ALIGNMENT, NodeLayout, SharedWindow
 
 #: Slots in each node's ring: a rank may run this many calls ahead of its node's last arriver
@@ -182,7 +182,7 @@ class DynamicReduce:
         if not is_integer(root) or not 0 <= root < size:
             raise ValueError(f"root: expected an integer in [0, {size}), got {root!r}")
         root = int(root)
-        _check_op(op)
+        reduction_op(op)
         is_root = self.rank == root
         in_place = is_in_place(sendbuf)
         if not is_root:
@@ -202,7 +202,7 @@ class DynamicReduce:
         """``Comm.Allreduce`` with dynamic leaders: reduce to rank 0, broadcast down the same leaders
         (``sendbuf`` may be ``MPI.IN_PLACE`` or None). A non-commutative op runs the fixed-order
         reduction; returns what that returns, else True."""
-        _check_op(op)
+        reduction_op(op)
         if not op.Is_commutative():
             self._fixed()
             return self.fixed_allreduce(sendbuf, recvbuf, op)
@@ -511,13 +511,6 @@ def _element_type(datatype: MPI.Datatype):
     return found
 
 
-
-
-def _check_op(op) -> None:
-    if not isinstance(op, MPI.Op) or op == MPI.OP_NULL:
-        raise TypeError(f"op: expected an MPI.Op, got {op!r}")
-    if op in (MPI.REPLACE, MPI.NO_OP):
-        raise ValueError("op: MPI.REPLACE and MPI.NO_OP are for one-sided accumulates, not reductions")
 
 
 def _check_same(mine: tuple, result: tuple) -> None:
