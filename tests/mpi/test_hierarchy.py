@@ -385,6 +385,29 @@ def test_predefined_op_on_derived_type(comm, in_place):
     assert recv.reshape(3, 3)[:, 1].tolist() == (send if in_place else blank("vector", 3)).reshape(3, 3)[:, 1].tolist()
 
 
+PADDED = MPI.DOUBLE.Create_resized(0, 16).Commit()  # a double, then 8 bytes the program leaves alone
+
+
+def _add_padded(invec, inoutvec, datatype):
+    """A user's op written for PADDED: its values sit every 16 bytes (the padding is never read)."""
+    source, target = numpy.frombuffer(invec, dtype=numpy.float64), numpy.frombuffer(inoutvec, dtype=numpy.float64)
+    target[::2] += source[::2]
+
+
+ADD_PADDED = MPI.Op.Create(_add_padded, commute=True)
+
+
+def test_user_op_gets_the_programs_datatype(comm):
+    """A user-defined op on a derived datatype sees that datatype and its layout, as MPI calls it: the
+    sums of the library, and the padding of the receive buffer untouched."""
+    send = numpy.full(8, -7.0)
+    send[::2] = numpy.arange(4) + 10 * RANK
+    recv, expected = numpy.full(8, 5.0), numpy.full(8, 5.0)
+    comm.Allreduce([send, 4, PADDED], [recv, 4, PADDED], ADD_PADDED)
+    WORLD.Allreduce([send, 4, PADDED], [expected, 4, PADDED], ADD_PADDED)
+    assert recv[::2].tolist() == expected[::2].tolist() and recv[1::2].tolist() == [5.0] * 4
+
+
 def test_zero_counts_everywhere(comm):
     """Calls that move nothing at all still agree with the library and leave buffers alone."""
     for method, make in (

@@ -22,7 +22,8 @@ copy-in every node rank reduces its share of the elements over the node's ranks 
 the leaders reduce across nodes in node order. Fallback, decided from arguments every rank
 shares: a reduction runs the library's own collective on the whole communicator when the
 datatype is not built of one contiguous predefined type, when a user-defined operation gets a
-datatype of several basic elements (its function expects the user's datatype), or when a
+derived datatype (MPI calls its function with the user's datatype, on data in that layout: a
+resized double with padding was reduced as packed doubles before), or when a
 non-commutative operation meets nodes that are not consecutive rank ranges.
 
 Buffers: the shared buffer and the count table are used in two halves, alternating per call
@@ -480,8 +481,9 @@ class Hierarchy:
         reason = None
         if element is None:
             reason = "the datatype is not built of one predefined contiguous type"
-        elif not op.is_predefined and element[1] != 1:
-            reason = "a user-defined op on a datatype of several elements"
+        elif not op.is_predefined and not datatype.is_predefined:
+            # MPI calls a user's op with the program's datatype, on data in its layout (not packed)
+            reason = "a user-defined op on a derived datatype"
         elif not op.is_commutative and not self.layout.contiguous:
             reason = "a non-commutative op, and the nodes are not consecutive rank ranges (MPI's order)"
         self.library_reason = reason
