@@ -707,6 +707,10 @@ def _listed(weights):
     return None if weights is None else list(weights)
 
 
+#: What :func:`wrap` decides for an intracommunicator (kept on the instance), and so what its copies take.
+_INTRACOMM_DECISIONS = ("_sc_hierarchy_options", "_sc_global_native", "_sc_global_reason", "_sc_requested")
+
+
 class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
     """An intracommunicator whose global collectives run the universal hierarchical algorithm."""
 
@@ -731,6 +735,18 @@ class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
     def Clone(self):
         """Clone the communicator (collective); the copy runs the same global collectives."""
         return self._sc_adopt(super().Clone())
+
+    def Idup(self, info=None):
+        """Nonblocking duplicate: ``(communicator, request)``; the copy runs the same global collectives.
+
+        The copy is usable only once the request completed, so it takes this wrapper's decisions
+        (the algorithm, the options, and whether the library runs the calls: the same group gives
+        the same node map) without communicating; its node structure is made by its first global
+        collective."""
+        new, request = super().Idup(info)
+        new.__dict__.update({name: self.__dict__[name] for name in _INTRACOMM_DECISIONS if name in self.__dict__})
+        new._sc_bind_library_globals()
+        return new, request
 
     def Free(self) -> None:
         """Free the shared windows, the node and leader communicators, then the communicator (collective)."""

@@ -542,6 +542,26 @@ def test_topology_communicator_gets_global_collectives():
     detected.Free()  # (the handle too, as wrapped.Free() freed ring's)
 
 
+def test_idup_keeps_the_algorithm_and_options():
+    """Idup's copy (usable once its request completed) runs what Dup's runs: the library's
+    collectives under "native", the hierarchy with the same emulated nodes and reduce mode."""
+    native = sparsecoll.wrap(WORLD.Dup(), "native")
+    copy, request = native.Idup()
+    request.Wait()
+    assert copy.global_stats("Allreduce")["algorithm"] == "library"
+    hierarchical = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2, reduce="dynamic")
+    twin, request = hierarchical.Idup()
+    request.Wait()
+    data = numpy.arange(4, dtype=numpy.int32) + RANK
+    result = numpy.zeros(4, dtype=numpy.int32)
+    twin.Allreduce(data, result, MPI.SUM)
+    assert result.tolist() == [SIZE * (SIZE - 1) // 2 + k * SIZE for k in range(4)]
+    stats = twin.hierarchy_stats()
+    assert stats["ranks_per_node"][0] == min(2, SIZE) and stats["reduce"] == "dynamic"
+    for wrapped in (copy, native, twin, hierarchical):
+        wrapped.Free()
+
+
 def test_bad_arguments_raise_naming_them(comm):
     data = numpy.zeros(SIZE, dtype=numpy.int32)
     calls = comm.hierarchy_stats()["calls"]
