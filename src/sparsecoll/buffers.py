@@ -127,7 +127,7 @@ def _format_datatype(obj, buf, arg: str) -> MPI.Datatype:
             raise ValueError(f"{arg}: buffer format {fmt!r} has non-native byte order; convert it "
                              f"(numpy: .astype(dtype.newbyteorder('='))) or pass a datatype explicitly")
         fmt = fmt[1:]
-    if fmt == "B" and buf.format == "B" and isinstance(obj, (bytes, bytearray)):
+    if fmt == "B":  # as mpi4py: a buffer of format "B" (bytes, numpy uint8) is MPI.BYTE
         return MPI.BYTE
     try:
         return MPI.Datatype.fromcode(fmt)

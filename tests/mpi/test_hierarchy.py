@@ -577,6 +577,10 @@ def test_bad_arguments_raise_naming_them(comm):
         comm.Reduce_scatter(MPI.IN_PLACE, data, None)
     with pytest.raises(TypeError, match="op"):
         comm.Allreduce(data, data.copy(), op="sum")
+    with pytest.raises(ValueError, match="sendbuf: datatype MPI_INT differs from recvbuf.s .MPI_FLOAT."):
+        comm.Allreduce(data, numpy.zeros(SIZE, dtype=numpy.float32))  # as mpi4py: not reinterpreted
+    with pytest.raises(TypeError, match="op"):
+        comm.allreduce(RANK, op=None)  # mpi4py: not callable (sparsecoll: on every rank, before sending)
     for op in (MPI.REPLACE, MPI.NO_OP):  # accumulate-only ops: the fixed leaders' path hung on them
         with pytest.raises(ValueError, match="op: MPI.REPLACE and MPI.NO_OP"):
             comm.Allreduce(data, data.copy(), op=op)

@@ -685,10 +685,12 @@ def _check_same(target, nbytes: int, arg: str, what: str) -> None:
 
 
 def _check_reduction_pair(source, target) -> None:
-    """mpi4py's rule for reductions: same datatype and count in sendbuf and recvbuf."""
+    """mpi4py's rule for reductions: same datatype (handle) and count in sendbuf and recvbuf (an
+    int32 array reduced into a float32 one is a ValueError there, not a reinterpretation)."""
     if source is target:
         return
-    if source.types[0] != target.types[0] and source.types[0].Get_size() != target.types[0].Get_size():
-        raise ValueError("sendbuf: datatype differs from recvbuf's")
+    if source.types[0] != target.types[0]:
+        raise ValueError(f"sendbuf: datatype {source.types[0].Get_name() or 'derived'} differs from recvbuf's "
+                         f"({target.types[0].Get_name() or 'derived'}); a reduction takes one datatype")
     if source.counts[0] != target.counts[0]:
         raise ValueError(f"sendbuf: {source.counts[0]} elements, but recvbuf holds {target.counts[0]}")

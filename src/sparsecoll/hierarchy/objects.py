@@ -145,8 +145,6 @@ def _root(comm, root) -> int:
 
 
 def _op(op):
-    if op is None:
-        return MPI.SUM
     unusable = op == MPI.OP_NULL if isinstance(op, MPI.Op) else not callable(op)
     if unusable:
         raise TypeError(f"op: expected an MPI.Op or a callable of two objects, got {op!r}")
