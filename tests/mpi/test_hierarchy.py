@@ -7,6 +7,8 @@ Runs on every rank (launched by ``tests/test_mpi.py``).
 
 from __future__ import annotations
 
+import re
+
 import numpy
 import pytest
 from mpi4py import MPI
@@ -542,6 +544,21 @@ def test_topology_communicator_gets_global_collectives():
     detected.Free()  # (the handle too, as wrapped.Free() freed ring's)
 
 
+def test_bottom_with_absolute_addresses(comm):
+    """``MPI.BOTTOM`` and a datatype of absolute addresses, as MPI and mpi4py allow: the copy-in and
+    copy-out read and write where the datatype says (they asked for memory at address 0 before)."""
+    mine = numpy.arange(4, dtype=numpy.int32) + 10 * RANK
+    at_mine = MPI.INT32_T.Create_hindexed([4], [MPI.Get_address(mine)]).Commit()
+    gathered = numpy.zeros(4 * SIZE, dtype=numpy.int32)
+    comm.Allgather([MPI.BOTTOM, 1, at_mine], [gathered, 4, MPI.INT32_T])
+    assert gathered.tolist() == [k + 10 * rank for rank in range(SIZE) for k in range(4)]
+    if RANK != SIZE - 1:
+        mine[:] = 0
+    comm.Bcast([MPI.BOTTOM, 1, at_mine], root=SIZE - 1)
+    assert mine.tolist() == [k + 10 * (SIZE - 1) for k in range(4)]
+    at_mine.Free()
+
+
 def test_idup_keeps_the_algorithm_and_options():
     """Idup's copy (usable once its request completed) runs what Dup's runs: the library's
     collectives under "native", the hierarchy with the same emulated nodes and reduce mode."""
@@ -720,6 +737,16 @@ def test_checked_arguments_raise_on_every_rank():
         with pytest.raises(ValueError, match=r"recvbuf: the root's counts disagree with those of rank\(s\) \[1\]"):
             send = numpy.zeros(2 if RANK == 1 else 1, dtype=numpy.int32)
             checked.Gatherv(send, [numpy.zeros(SIZE, dtype=numpy.int32), counts] if RANK == 0 else None, root=0)
+    # the root's own blocks disagree with every rank's: it used to raise alone, before the agreement
+    every = re.escape(str(list(range(SIZE))))
+    with pytest.raises(ValueError, match=rf"sendbuf: the root's counts disagree with those of rank\(s\) {every}"):
+        checked.Gather(numpy.zeros(3, dtype=numpy.int32), numpy.zeros(2 * SIZE, dtype=numpy.int32) if RANK == 0
+                       else None, root=0)
+    with pytest.raises(ValueError, match=r"recvbuf: the root's counts disagree"):
+        checked.Scatter(numpy.zeros(2 * SIZE, dtype=numpy.int32) if RANK == 0 else None,
+                        numpy.zeros(3, dtype=numpy.int32), root=0)
+    with pytest.raises(ValueError, match=r"recvbuf: the root's counts disagree with those of rank\(s\) \[0\]"):
+        checked.Allgather(numpy.zeros(1 if RANK == 0 else 2, dtype=numpy.int32), numpy.zeros(2 * SIZE, numpy.int32))
     checked.Allreduce(MPI.IN_PLACE, data)
     assert data.tolist() == [SIZE * (SIZE - 1) // 2] * 2
     with pytest.raises(TypeError, match="check_arguments"):

@@ -40,9 +40,12 @@ def pack(address: int, count: int, datatype: MPI.Datatype, out: numpy.ndarray, o
         out[offset:offset + nbytes] = numpy.frombuffer(MPI.memory.fromaddress(address, nbytes, readonly=True),
                                                        dtype=_UINT8)
     else:
-        extent = datatype.Get_extent()[1]
-        datatype.Pack(MPI.memory.fromaddress(address, count * extent, readonly=True),
-                      out[offset:offset + nbytes], 0, MPI.COMM_SELF)
+        memory, layout = _datatype_memory(address, count, datatype, readonly=True)
+        try:
+            layout.Pack(memory, out[offset:offset + nbytes], 0, MPI.COMM_SELF)
+        finally:
+            if layout is not datatype:
+                layout.Free()
     return nbytes
 
 
@@ -56,10 +59,34 @@ def unpack(source: numpy.ndarray, offset: int, address: int, count: int, datatyp
     if is_contiguous(datatype) if contiguous is None else contiguous:
         numpy.frombuffer(MPI.memory.fromaddress(address, nbytes), dtype=_UINT8)[:] = source[offset:offset + nbytes]
     else:
-        extent = datatype.Get_extent()[1]
-        datatype.Unpack(source[offset:offset + nbytes], 0, MPI.memory.fromaddress(address, count * extent),
-                        MPI.COMM_SELF)
+        memory, layout = _datatype_memory(address, count, datatype, readonly=False)
+        try:
+            layout.Unpack(source[offset:offset + nbytes], 0, memory, MPI.COMM_SELF)
+        finally:
+            if layout is not datatype:
+                layout.Free()
     return nbytes
+
+
+def _datatype_memory(address: int, count: int, datatype: MPI.Datatype, readonly: bool) -> tuple:
+    """``(memory, layout)`` that ``Pack``/``Unpack`` read ``count`` x ``datatype`` at ``address`` through
+    (mpi4py's take ``len(memory) // extent(layout)`` elements of ``layout`` from the memory's start).
+
+    Usually ``count * extent`` bytes at ``address`` and ``datatype`` itself. Where the data starts
+    before ``address`` or lies outside that range (``MPI.BOTTOM`` with absolute addresses: address
+    0; a negative lower bound), the memory is the bytes the data spans and the layout one element:
+    ``count`` x ``datatype`` placed at ``address`` relative to the memory's start, resized to it
+    (a datatype made per call, freed by the caller)."""
+    _, extent = datatype.Get_extent()
+    true_lb, true_extent = datatype.Get_true_extent()
+    stretch = (count - 1) * extent
+    first, end = true_lb + min(stretch, 0), true_lb + true_extent + max(stretch, 0)
+    if address and first >= 0 and end <= count * extent:
+        return MPI.memory.fromaddress(address, count * extent, readonly=readonly), datatype
+    placed = MPI.Datatype.Create_struct([count], [-first], [datatype])
+    layout = placed.Create_resized(0, end - first).Commit()
+    placed.Free()
+    return MPI.memory.fromaddress(address + first, end - first, readonly=readonly), layout
 
 
 def pack_block(blocks, index: int, out: numpy.ndarray, offset: int) -> int:
