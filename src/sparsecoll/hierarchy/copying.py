@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy
 from mpi4py import MPI
 
+from ..buffers import span
+
 _UINT8 = numpy.uint8
 
 
@@ -77,10 +79,8 @@ def _datatype_memory(address: int, count: int, datatype: MPI.Datatype, readonly:
     0; a negative lower bound), the memory is the bytes the data spans and the layout one element:
     ``count`` x ``datatype`` placed at ``address`` relative to the memory's start, resized to it
     (a datatype made per call, freed by the caller)."""
-    _, extent = datatype.Get_extent()
-    true_lb, true_extent = datatype.Get_true_extent()
-    stretch = (count - 1) * extent
-    first, end = true_lb + min(stretch, 0), true_lb + true_extent + max(stretch, 0)
+    extent = datatype.Get_extent()[1]
+    first, end = span(count, datatype)
     if address and first >= 0 and end <= count * extent:
         return MPI.memory.fromaddress(address, count * extent, readonly=readonly), datatype
     placed = MPI.Datatype.Create_struct([count], [-first], [datatype])
