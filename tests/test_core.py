@@ -336,8 +336,9 @@ def test_repeated_calls_on_the_same_arrays_parse_once_and_notice_changes(monkeyp
         comm.Neighbor_allgather(send2, recv)
         assert len(parses) == 2 and recv.tolist() == [5, 6, 5, 6]
         recv.flags.writeable = False
-        with pytest.raises(TypeError, match="recvbuf: buffer is read-only"):
+        with pytest.raises(BufferError, match="recvbuf: buffer is read-only") as raised:  # as mpi4py
             comm.Neighbor_allgather(send2, recv)
+        assert isinstance(raised.value, TypeError)  # as sparsecoll's other bad arguments
         # list specs with counts and predefined datatypes are kept by value: a displacement
         # list changed in place is parsed (and checked) again
         out = numpy.full(4, -1, dtype="i4")
@@ -348,6 +349,8 @@ def test_repeated_calls_on_the_same_arrays_parse_once_and_notice_changes(monkeyp
         displs[1] = 3
         comm.Neighbor_allgatherv([send, 1, MPI.INT32_T], [out, ([1, 1], displs), MPI.INT32_T])
         assert len(parses) == 5 and out.tolist() == [7, -1, 7, 7]
+        with pytest.raises(BufferError, match="sendbuf: ndarray cannot be used as an MPI buffer"):
+            comm.Neighbor_allgather(numpy.zeros(4, dtype="u2")[::2], out)  # not contiguous, as mpi4py
         displs[1] = 4
         with pytest.raises(ValueError, match="recvbuf"):
             comm.Neighbor_allgatherv([send, 1, MPI.INT32_T], [out, ([1, 1], displs), MPI.INT32_T])

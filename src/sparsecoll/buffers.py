@@ -135,16 +135,23 @@ def _format_datatype(obj, buf, arg: str) -> MPI.Datatype:
         raise ValueError(f"{arg}: cannot map buffer format {fmt!r} to an MPI datatype") from None
 
 
+class UnusableBufferError(BufferError, TypeError):
+    """A buffer MPI cannot use (not contiguous, or read-only where data is received): the
+    ``BufferError`` mpi4py raises there, and a ``TypeError`` as sparsecoll's other bad arguments."""
+
+
 def _buffer(obj, readonly: bool, arg: str):
     """(mpi4py buffer or None, address, nbytes) of a user buffer object (None: empty)."""
     if obj is None:
         return None, 0, 0
     try:
         buf = MPI.buffer(obj)
-    except (TypeError, BufferError, ValueError) as exc:
+    except BufferError as exc:  # a buffer, but not one MPI can take (not contiguous)
+        raise UnusableBufferError(f"{arg}: {type(obj).__name__} cannot be used as an MPI buffer ({exc})") from None
+    except (TypeError, ValueError) as exc:
         raise TypeError(f"{arg}: expected a buffer-like object, got {type(obj).__name__} ({exc})") from None
     if not readonly and buf.readonly:
-        raise TypeError(f"{arg}: buffer is read-only")
+        raise UnusableBufferError(f"{arg}: buffer is read-only")
     return buf, buf.address, buf.nbytes
 
 
