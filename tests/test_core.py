@@ -394,3 +394,23 @@ def test_import_does_not_check_a_placement_override():
     done = subprocess.run([sys.executable, "-c", "import sparsecoll"], env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "auto"])
+def test_plan_stats_names_a_bad_form_or_block_size(algorithm):
+    """plan_stats checks its keyword arguments (auto read an unknown form as an index error;
+    direct ignored both)."""
+    import sparsecoll
+    graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0], [0])
+    try:
+        comm = sparsecoll.wrap(graph, algorithm, profile=sparsecoll.model.profile.BUILTIN)
+        comm.Neighbor_allgather(numpy.zeros(1, dtype="i4"), numpy.zeros(1, dtype="i4"))
+        assert comm.plan_stats("allgather", form="persistent", block_bytes=0)["family"] == "allgather"
+        with pytest.raises(ValueError, match="form: expected one of"):
+            comm.plan_stats("allgather", form="persistant")
+        with pytest.raises(ValueError, match="block_bytes: expected a non-negative integer"):
+            comm.plan_stats("allgather", block_bytes=-1)
+        with pytest.raises(TypeError, match="block_bytes"):
+            comm.plan_stats("allgather", block_bytes="8")
+    finally:
+        graph.Free()

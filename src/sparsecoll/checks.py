@@ -25,6 +25,15 @@ def positive_integer(value, arg: str) -> int:
     return int(value)
 
 
+def nonnegative_integer(value, arg: str) -> int:
+    """``value`` as an ``int`` >= 0: TypeError naming ``arg`` for a non-integer, ValueError below 0."""
+    if not is_integer(value):
+        raise TypeError(f"{arg}: expected a non-negative integer, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{arg}: expected a non-negative integer, got {value}")
+    return int(value)
+
+
 def nonnegative_number(value, arg: str) -> float:
     """``value`` as a finite ``float`` >= 0: TypeError naming ``arg`` for a non-number, ValueError below 0."""
     if not isinstance(value, Real) or isinstance(value, bool):

@@ -17,8 +17,10 @@ from mpi4py import MPI
 from .. import algorithms, execute
 from ..bind import bind, has_transit
 from ..buffers import Blocks, check_regular_blocks, parse_simple, parse_vector, parse_w
+from ..checks import nonnegative_integer
 from ..execute import StepExecutor as Executor  # the size pass and request counts use the default
 from ..model.choice import size_class
+from ..model.profile import FORMS
 from ..pattern import FAMILIES, family_of, stats
 from ..topology import Topology, from_comm
 from . import persistence as levels
@@ -134,6 +136,9 @@ class CommRuntime:
         under ``"auto"`` the candidates, their predicted times, the profile and the reason.
         """
         family = family_of(collective)
+        if form not in FORMS:
+            raise ValueError(f"form: expected one of {list(FORMS)}, got {form!r}")
+        block_bytes = nonnegative_integer(block_bytes, "block_bytes")
         explained = None
         level = self._persistence_stats(plan, collective)
         if plan.auto:
