@@ -611,6 +611,12 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         new, request = super().Idup(info)
         return self._sc_adopt(new, attach=False), request
 
+    def Idup_with_info(self, info):
+        """Nonblocking duplicate with ``info``: ``(communicator, request)``; the copy runs the same
+        algorithm and options."""
+        new, request = super().Idup_with_info(info)
+        return self._sc_adopt(new, attach=False), request
+
     def Free(self) -> None:
         """Free the communicator and everything sparsecoll attached to it (collective)."""
         self._sc_free_hierarchy()
@@ -743,7 +749,14 @@ class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
         (the algorithm, the options, and whether the library runs the calls: the same group gives
         the same node map) without communicating; its node structure is made by its first global
         collective."""
-        new, request = super().Idup(info)
+        return self._sc_adopt_pending(*super().Idup(info))
+
+    def Idup_with_info(self, info):
+        """Nonblocking duplicate with ``info``: ``(communicator, request)``; as :meth:`Idup`."""
+        return self._sc_adopt_pending(*super().Idup_with_info(info))
+
+    def _sc_adopt_pending(self, new, request):
+        """A nonblocking copy takes this wrapper's decisions (see :meth:`Idup`)."""
         new.__dict__.update({name: self.__dict__[name] for name in _INTRACOMM_DECISIONS if name in self.__dict__})
         new._sc_bind_library_globals()
         return new, request

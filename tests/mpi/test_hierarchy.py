@@ -575,7 +575,10 @@ def test_idup_keeps_the_algorithm_and_options():
     assert result.tolist() == [SIZE * (SIZE - 1) // 2 + k * SIZE for k in range(4)]
     stats = twin.hierarchy_stats()
     assert stats["ranks_per_node"][0] == min(2, SIZE) and stats["reduce"] == "dynamic"
-    for wrapped in (copy, native, twin, hierarchical):
+    hinted, request = native.Idup_with_info(MPI.INFO_NULL)  # mpi4py's other nonblocking duplicate
+    request.Wait()
+    assert hinted.global_stats("Allreduce")["algorithm"] == "library"
+    for wrapped in (copy, native, twin, hierarchical, hinted):
         wrapped.Free()
 
 
