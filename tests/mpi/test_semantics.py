@@ -262,6 +262,59 @@ def test_free_releases_library_state():
     assert runtime.private == MPI.COMM_NULL and not any(runtime.cache_sizes().values())
 
 
+FREE_IN_FLIGHT = {  # algorithm, executor, collective, the request when Free comes
+    "a nonblocking v call's size pass": ("common_neighbor", "steps", "alltoallv", "nonblocking"),
+    "a nonblocking call on the RMA executor": ("direct", "rma", "allgather", "nonblocking"),
+    "a persistent request on the RMA executor, started": ("direct", "rma", "allgather", "started"),
+    "a persistent request on the RMA executor, started after": ("direct", "rma", "alltoallv", "inactive"),
+    "a nonblocking call on the canary executor": ("direct", "rma_canary", "alltoall", "nonblocking"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", sorted(FREE_IN_FLIGHT))
+def test_requests_complete_normally_after_free(case):
+    """MPI-4.1 section 7.4.3 (MPI_COMM_FREE): "Any pending operations that use this communicator
+    will complete normally". A v call's size pass built its data executor on the freed private
+    communicator ("Invalid communicator"), the RMA executors' windows were freed under their runs
+    (MPICH: "Wrong synchronization of RMA calls", an assertion with the canary; Open MPI: invalid
+    window, segfaults); now the release waits for the last request."""
+    algorithm, executor, collective, when = FREE_IN_FLIGHT[case]
+    size, rank = WORLD.Get_size(), WORLD.Get_rank()
+    others = [peer for peer in range(size) if peer != rank]
+    graph = WORLD.Create_dist_graph_adjacent(others, others)
+    options = {"theta": 1} if algorithm == "common_neighbor" else {}  # combining: items in transit
+    wrapped = sparsecoll.wrap(graph.Dup(), algorithm, executor=executor, **options)
+    counts = [1 + (rank + peer) % 3 for peer in others]  # v: what rank sends peer, as peer receives it
+    if collective == "alltoallv":
+        send = numpy.array([100 * rank + peer for c, peer in zip(counts, others) for _ in range(c)], "i4")
+        args = lambda out: ([send, counts], [out, counts])  # noqa: E731
+        expected = numpy.full(sum(counts), -1, "i4")
+    else:
+        blocks = len(others) if collective == "alltoall" else 1
+        send = numpy.arange(2 * blocks, dtype="i4") + 10 * rank
+        args = lambda out: (send, out)  # noqa: E731
+        expected = numpy.full(2 * len(others), -1, "i4")
+    name = "Neighbor_" + collective
+    getattr(graph, name)(*args(expected))
+    received = numpy.full_like(expected, -1)
+    if when == "nonblocking":
+        request = getattr(wrapped, "Ineighbor_" + collective)(*args(received))
+    else:
+        request = getattr(wrapped, name + "_init")(*args(received))
+        if when == "started":
+            request.Start()
+    runtime = wrapped.runtime
+    wrapped.Free()
+    if when == "inactive":
+        request.Start()
+    request.Wait()
+    request.Free()
+    assert received.tolist() == expected.tolist()
+    assert runtime.private == MPI.COMM_NULL  # released once the request was done
+    graph.Free()
+
+
 # -- bad input: every rank passes the same bad argument, so nobody waits -----------
 
 BAD_CALLS = {

@@ -19,6 +19,11 @@ tags must separate are concurrent calls, so:
   fails with an error naming the limit (the communicator's tag range).
 
 All tags lie in ``0..TAG_UB`` of the private communicator (MPI guarantees at least 32767).
+
+The channels also say whether a request still uses the private communicator (:meth:`Channels.busy`):
+a nonblocking call not completed by its owner yet, or a persistent request not freed. The
+communicator's ``Free`` waits for neither (MPI: "any pending operations that use this communicator
+will complete normally"); its release runs when the last of them is done (:meth:`Channels.when_idle`).
 """
 
 from __future__ import annotations
@@ -44,6 +49,25 @@ class Channels:
         self._persistent_calls = 0
         self._nonblocking = [None] * (NONBLOCKING_CHANNELS + 1)  # channel -> request of the last call
         self._persistent: dict = {}  # channel -> weak reference to its live request
+        self._on_idle = None  # what runs once no request uses the channels (see when_idle)
+
+    def busy(self) -> bool:
+        """Whether a nonblocking call has not been completed by its owner, or a persistent request is alive."""
+        return (any(request is not None for request in self._nonblocking)
+                or any(holder() is not None for holder in self._persistent.values()))
+
+    def when_idle(self, action) -> None:
+        """Run ``action`` now if no request uses the channels, else once the last one is done."""
+        if self.busy():
+            self._on_idle = action
+        else:
+            action()
+
+    def _released(self) -> None:
+        action = self._on_idle
+        if action is not None and not self.busy():
+            self._on_idle = None
+            action()
 
     def take_nonblocking(self) -> int:
         """The channel of the next nonblocking call, once this rank's previous call on it is done."""
@@ -63,6 +87,8 @@ class Channels:
         """The call on ``channel`` was completed by its owner."""
         if self._nonblocking[channel] is request:
             self._nonblocking[channel] = None
+            if self._on_idle is not None:
+                self._released()
 
     def take_persistent(self) -> int:
         """The channel of the next persistent request (raises if it is still held here)."""
@@ -79,8 +105,10 @@ class Channels:
 
     def hold_persistent(self, channel: int, request) -> None:
         """Record the live persistent request on a channel."""
-        self._persistent[channel] = weakref.ref(request)
+        self._persistent[channel] = weakref.ref(request)  # one dropped unfreed leaks its MPI requests, as in MPI
 
     def release_persistent(self, channel: int) -> None:
         """The persistent request on ``channel`` was freed."""
         self._persistent.pop(channel, None)
+        if self._on_idle is not None:
+            self._released()

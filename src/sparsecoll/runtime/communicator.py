@@ -508,8 +508,8 @@ class CommRuntime:
         channels = self.channels
 
         def done(request):
-            channels.release_nonblocking(channel, request)
             executor.free()
+            channels.release_nonblocking(channel, request)  # last: it may release the communicator
         return _request_for(executor, persistent=False, on_complete=done, keep=keep)
 
     def _sized_request(self, call, send, recv, layout, channel, keep) -> ScheduleRequest:
@@ -569,8 +569,8 @@ class CommRuntime:
         channels = self.channels
 
         def freed(request):
-            channels.release_persistent(channel)
             executor.free()
+            channels.release_persistent(channel)  # last: it may release the communicator
         request = _request_for(executor, persistent=True, on_free=freed, keep=(sendbuf, recvbuf))
         channels.hold_persistent(channel, request)
         return request
@@ -592,7 +592,12 @@ class CommRuntime:
             self._idle.drop_all()
 
     def free(self) -> None:
-        """Release everything, the private communicator included."""
+        """Release everything, the private communicator included, once no request uses it: a
+        nonblocking call in flight or a persistent request completes normally after its
+        communicator was freed (MPI-4.1 section 7.4.3), so its release waits for the last of them."""
+        self.channels.when_idle(self._release)
+
+    def _release(self) -> None:
         self.release_caches()
         for prepared in self._executors.values():
             prepared.close()
@@ -651,8 +656,8 @@ class _PooledRequest(ScheduleRequest):
         runtime = self._runtime
         if runtime is not None:
             self._runtime = None
-            runtime.channels.release_nonblocking(self._channel, self)
             runtime._park(self._key, self._pool, self._channel, self._executor)
+            runtime.channels.release_nonblocking(self._channel, self)  # last: it may release the communicator
             self._key = self._pool = self._executor = None
         ScheduleRequest._complete(self)
 
