@@ -228,6 +228,44 @@ def test_overlapping_nonblocking_calls(ring):
         assert r.tobytes() == expected.tobytes()
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "cartesian_trivial"])  # one stage, several
+def test_requests_answer_as_mpi4py_requests(ring, algorithm):
+    """A completed nonblocking request and a freed persistent one equal ``MPI.REQUEST_NULL`` (a
+    ``while request != MPI.REQUEST_NULL`` loop never ended); ``Get_status`` leaves the request
+    active; ``Cancel`` is refused (MPI makes cancelling a collective erroneous); a bad status or
+    info is a TypeError naming it (both were ignored)."""
+    rank = WORLD.Get_rank()
+    wrapped = sparsecoll.cart_neighborhood_create(WORLD, [WORLD.Get_size()], [True], [(1,), (-1,)],
+                                                  algorithm=algorithm) if algorithm != "direct" else \
+        sparsecoll.wrap(ring, algorithm)
+    send, recv = numpy.array([rank], "i4"), numpy.full(2, -1, "i4")
+    expected = numpy.full(2, -1, "i4")
+    ring.Neighbor_allgather(send, expected)
+    request = wrapped.Ineighbor_allgather(send, recv)
+    assert request != MPI.REQUEST_NULL
+    with pytest.raises(TypeError, match="status"):
+        request.Wait(5)
+    with pytest.raises(RuntimeError, match="cannot be cancelled"):
+        request.Cancel()
+    while not request.Get_status(MPI.Status()):
+        pass
+    assert request != MPI.REQUEST_NULL and request.active  # complete, not yet completed by its owner
+    assert request.wait() is None
+    assert request == MPI.REQUEST_NULL and not request and recv.tolist() == expected.tolist()
+    with pytest.raises(TypeError, match="info"):
+        wrapped.Neighbor_allgather_init(send, recv, 5)
+    persistent = wrapped.Neighbor_allgather_init(send, recv, MPI.INFO_NULL)
+    recv[:] = -1
+    persistent.Start()
+    while not persistent.test()[0]:
+        pass
+    assert persistent != MPI.REQUEST_NULL and recv.tolist() == expected.tolist()  # inactive, not null
+    persistent.Free()
+    assert persistent == MPI.REQUEST_NULL
+    if algorithm != "direct":
+        wrapped.Free()
+
+
 @pytest.mark.parametrize("executor", ["steps", "rma", "rma_canary"])
 def test_persistent_restarts_pick_up_new_contents(ring, executor):
     rank = WORLD.Get_rank()

@@ -314,6 +314,8 @@ class ScheduleRequest:
     def Test(self, status=None) -> bool:
         """Advance every sparsecoll request in flight; True once this collective is complete (else it
         yields the processor where the user asked MPI to, :func:`~sparsecoll.execute.waiting.yield_when_idle`)."""
+        if status is not None:
+            _check_status(status)
         if self._state != ACTIVE:
             return True
         if self._single is not None and not ENGINE.pending:
@@ -337,6 +339,8 @@ class ScheduleRequest:
 
     def Wait(self, status=None) -> bool:
         """Block until the collective is complete (advancing every sparsecoll request meanwhile)."""
+        if status is not None:
+            _check_status(status)
         if self._state != ACTIVE:
             return True
         if self._current is not None:
@@ -383,8 +387,48 @@ class ScheduleRequest:
         """Whether every message of the current run has completed (Test/Wait may not have seen it yet)."""
         return self._current is None
 
+    def Get_status(self, status=None) -> bool:
+        """Whether the collective is complete, advancing every sparsecoll request in flight; unlike
+        ``Test`` it leaves the request active (as ``MPI_Request_get_status``)."""
+        if status is not None:
+            _check_status(status)
+        if self._state != ACTIVE:
+            return True
+        with ENGINE.lock:
+            ENGINE.advance_all()
+            if self._single is not None and self._current is not None and _Testall(self._current):
+                self._current = None
+            return self._current is None
+
+    def Cancel(self) -> None:
+        """Refused: the MPI standard makes cancelling a collective's request erroneous."""
+        raise RuntimeError("request: a collective operation cannot be cancelled (MPI makes MPI_Cancel of a "
+                           "collective request erroneous); complete it with Wait or Test")
+
+    def wait(self, status=None) -> None:
+        """``Wait``, as mpi4py's lowercase method for a buffer request (which returns None)."""
+        self.Wait(status)
+
+    def test(self, status=None) -> tuple:
+        """``(Test(), None)``, as mpi4py's lowercase method for a buffer request."""
+        return self.Test(status), None
+
     def __bool__(self) -> bool:
         return self._state != FREED
+
+    def __eq__(self, other) -> bool:
+        """Equal to ``MPI.REQUEST_NULL`` once completed (nonblocking) or freed (persistent), as
+        mpi4py's requests become it; otherwise equal only to itself."""
+        if isinstance(other, MPI.Request):
+            return other == MPI.REQUEST_NULL and self._state == FREED
+        return other is self
+
+    __hash__ = object.__hash__
+
+
+def _check_status(status) -> None:
+    if not isinstance(status, MPI.Status):
+        raise TypeError(f"status: expected an MPI.Status or None, got {type(status).__name__}")
 
 
 def wait_for_messages(request: ScheduleRequest) -> None:
