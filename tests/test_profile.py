@@ -386,11 +386,16 @@ def test_sparsecoll_calibrate_writes_a_profile_that_auto_reads(tmp_path):
 
 
 def test_auto_never_runs_a_library_call_known_to_be_wrong():
-    from sparsecoll.topology import CART, graph_topology
+    from sparsecoll.topology import CART, PROC_NULL, graph_topology
     ring_of_two = graph_topology(0, 2, [1, 1], [1, 1], kind=CART)  # periodic ring of 2: both neighbors rank 1
     assert "ompi#14430" in choice.library_fault(ring_of_two, "Open MPI 5.0")
     assert choice.library_fault(ring_of_two, "MPICH 5.0") is None
     assert choice.library_fault(graph_topology(0, 3, [1, 2], [1, 2], kind=CART), "Open MPI 5.0") is None
+    with_hole = graph_topology(0, 3, [1, PROC_NULL], [PROC_NULL, 2])  # a distributed graph
+    assert "PROC_NULL" in choice.library_fault(with_hole, "Open MPI 5.0")
+    assert choice.library_fault(with_hole, "MPICH 5.0") is None
+    assert choice.library_fault(graph_topology(0, 3, [1, PROC_NULL], [PROC_NULL, 2], kind=CART),
+                                "Open MPI 5.0") is None  # a Cartesian communicator's holes are fine
     shape = (3, choice.CLASSES)
     seconds = {"native": numpy.full(shape, 1.0), "direct": numpy.full(shape, 5.0)}
     assert {name for row in choice.decide(seconds, native_allowed=False) for name in row} == {"direct"}

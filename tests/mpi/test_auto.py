@@ -216,6 +216,33 @@ def test_auto_avoids_the_library_where_it_computes_wrongly():
         cart.Free()
 
 
+def test_auto_avoids_the_library_where_it_crashes():
+    """Open MPI 5.0.11's blocking neighborhood collectives segfault on a distributed graph with a
+    PROC_NULL neighbor, which cart_neighborhood_create makes on a non-periodic grid (its default
+    algorithm is auto, which ran the library's call there); the PROC_NULL blocks stay untouched."""
+    from sparsecoll.model.profile import library_name
+    dims = MPI.Compute_dims(SIZE, 2)
+    offsets = [(0, 1), (0, -1), (1, 0), (-1, 0)]
+    comm = sparsecoll.cart_neighborhood_create(WORLD, dims, [False, False], offsets)
+    try:
+        sources = comm.neighbor_get()[0]
+        send = numpy.arange(4, dtype="i4") + 100 * RANK
+        for collective in ("allgather", "alltoall"):
+            got, reference = numpy.full(4, -1, "i4"), numpy.full(4, -1, "i4")
+            mine = send[:1] if collective == "allgather" else send
+            getattr(comm, "Neighbor_" + collective)(mine, got)
+            direct = sparsecoll.wrap(comm, "direct")  # the standard's equivalent code
+            getattr(direct, "Neighbor_" + collective)(mine, reference)
+            assert got.tolist() == reference.tolist()
+            assert all(got[k] == -1 for k, source in enumerate(sources) if source == MPI.PROC_NULL)
+            chosen = comm.plan_stats(collective, block_bytes=4)
+            assert_same_on_every_rank(chosen["algorithm"])
+            if library_name().startswith("Open MPI") and any(MPI.PROC_NULL in s for s in WORLD.allgather(sources)):
+                assert chosen["algorithm"] != "native" and "PROC_NULL" in chosen["auto"]["reason"]
+    finally:
+        comm.Free()
+
+
 def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
     """A table that says native below 1 KiB blocks and direct above: calls whose receive array
     (plain or in a buffer spec) is below the limit go to the library after one comparison

@@ -337,9 +337,15 @@ def decide(seconds: dict, native_allowed: bool = True) -> list:
 def library_fault(topology, library: str) -> str | None:
     """Why the MPI library's own collective gives wrong results on this rank's neighborhood (None
     if it is not known to): the faults the README lists that ``auto`` must not run into."""
-    from ..topology import CART
+    from ..topology import CART, PROC_NULL
+    if not library.startswith("Open MPI"):
+        return None
     repeated = (len(set(topology.sources)) < len(topology.sources)
                 or len(set(topology.destinations)) < len(topology.destinations))
-    if library.startswith("Open MPI") and topology.kind == CART and repeated:
+    if topology.kind == CART and repeated:
         return "Open MPI 5.0 matches repeated neighbors of a Cartesian communicator wrongly (open-mpi/ompi#14430)"
+    if topology.kind != CART and PROC_NULL in (*topology.sources, *topology.destinations):
+        return ("Open MPI 5.0's blocking neighborhood collectives crash on a distributed graph with a PROC_NULL "
+                "neighbor (segfault in its basic component; cart_neighborhood_create makes such graphs on "
+                "non-periodic grids)")
     return None
