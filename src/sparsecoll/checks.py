@@ -16,22 +16,23 @@ def is_integer(value) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool)
 
 
+def _integer_from(value, arg: str, low: int, what: str) -> int:
+    """``value`` as an ``int`` >= ``low``: TypeError naming ``arg`` for a non-integer, ValueError below."""
+    if not is_integer(value):
+        raise TypeError(f"{arg}: expected a {what} integer, got {value!r}")
+    if value < low:
+        raise ValueError(f"{arg}: expected a {what} integer, got {value}")
+    return int(value)
+
+
 def positive_integer(value, arg: str) -> int:
     """``value`` as an ``int`` >= 1: TypeError naming ``arg`` for a non-integer, ValueError below 1."""
-    if not is_integer(value):
-        raise TypeError(f"{arg}: expected a positive integer, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{arg}: expected a positive integer, got {value}")
-    return int(value)
+    return _integer_from(value, arg, 1, "positive")
 
 
 def nonnegative_integer(value, arg: str) -> int:
     """``value`` as an ``int`` >= 0: TypeError naming ``arg`` for a non-integer, ValueError below 0."""
-    if not is_integer(value):
-        raise TypeError(f"{arg}: expected a non-negative integer, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{arg}: expected a non-negative integer, got {value}")
-    return int(value)
+    return _integer_from(value, arg, 0, "non-negative")
 
 
 def nonnegative_number(value, arg: str) -> float:
