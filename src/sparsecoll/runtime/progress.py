@@ -318,24 +318,26 @@ class ScheduleRequest:
             _check_status(status)
         if self._state != ACTIVE:
             return True
-        if self._single is not None and not ENGINE.pending:
-            if self._current is not None:
-                if not _Testall(self._current):
-                    yield_when_idle()
-                    return False
-                self._current = None
-        else:
-            with ENGINE.lock:
-                ENGINE.driven = time.monotonic()
-                ENGINE.advance_all()
-                if self._single is not None and self._current is not None and _Testall(self._current):
-                    self._current = None
-                incomplete = self._current is not None
-            if incomplete:
-                yield_when_idle()
-                return False
+        if not self._messages_done():
+            yield_when_idle()
+            return False
         self._complete()
         return True
+
+    def _messages_done(self) -> bool:
+        """Advance every sparsecoll request in flight; whether this run's messages are complete
+        (a one-stage request with nothing else in flight tests its own requests, without the lock)."""
+        if self._single is not None and not ENGINE.pending:
+            if self._current is not None and not _Testall(self._current):
+                return False
+            self._current = None
+            return True
+        with ENGINE.lock:
+            ENGINE.driven = time.monotonic()
+            ENGINE.advance_all()
+            if self._single is not None and self._current is not None and _Testall(self._current):
+                self._current = None
+            return self._current is None
 
     def Wait(self, status=None) -> bool:
         """Block until the collective is complete (advancing every sparsecoll request meanwhile)."""
@@ -392,13 +394,7 @@ class ScheduleRequest:
         ``Test`` it leaves the request active (as ``MPI_Request_get_status``)."""
         if status is not None:
             _check_status(status)
-        if self._state != ACTIVE:
-            return True
-        with ENGINE.lock:
-            ENGINE.advance_all()
-            if self._single is not None and self._current is not None and _Testall(self._current):
-                self._current = None
-            return self._current is None
+        return self._state != ACTIVE or self._messages_done()
 
     def Cancel(self) -> None:
         """Refused: the MPI standard makes cancelling a collective's request erroneous."""
