@@ -45,7 +45,7 @@ COMPARE = ["native", "auto"]
 
 def read_matrix(path: Path) -> scipy.sparse.csr_matrix:
     """The matrix in a Matrix Market file, as float64 CSR; exits unless it is symmetric with a positive diagonal."""
-    matrix = scipy.sparse.csr_matrix(scipy.io.mmread(str(path)), dtype=numpy.float64)
+    matrix = scipy.sparse.csr_matrix(scipy.io.mmread(str(path), spmatrix=False), dtype=numpy.float64)
     if matrix.shape[0] != matrix.shape[1]:
         raise SystemExit(f"--matrix {path}: CG needs a square matrix, this one is {matrix.shape}")
     if abs(matrix - matrix.T).max() > 0 or (matrix.diagonal() <= 0).any():

@@ -147,7 +147,7 @@ def matrix_partition(path, size: int):
     rank owns.
     """
     import scipy.io
-    matrix = scipy.io.mmread(str(path)).tocsr()
+    matrix = scipy.io.mmread(str(path), spmatrix=False).tocsr()
     nrows, ncols = matrix.shape
     row_owner = numpy.minimum(numpy.arange(nrows) * size // max(nrows, 1), size - 1)
     col_owner = numpy.minimum(numpy.arange(ncols) * size // max(ncols, 1), size - 1)
