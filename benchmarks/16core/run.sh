@@ -5,21 +5,23 @@
 # (mpich/, ompi/, common/: mpi4py, platformdirs, greenlet, pymetis) on top of the machine's own
 # Python 3.12 packages (numpy, scipy, rich, matplotlib), and runs sparsecoll from src/.
 # usage: sh benchmarks/16core/run.sh BUDGET_SECONDS [GROUP...]   (matrices in .devdata/)
-# groups, in this order by default: hello calibrate callpath auto dag cg rma sc12 rtr hier
-# settings: CALIBRATE_NPS (2 8 16), KEEP_PROFILES, AUTO_NPS (8 16), AUTO_REPS (150), CG_NP (16), CG_REPEAT (3)
+# groups, in this order by default: hello calibrate callpath auto few dag cg rma sc12 rtr hier
+# settings: CALIBRATE_NPS (2 8 16), KEEP_PROFILES, AUTO_NPS (8 16), AUTO_LIBS (mpich ompi: the auto group), AUTO_REPS (150),
+# CG_NP (16), CG_REPEAT (3), RES (the results folder, benchmarks/16core)
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 BUDGET=${1:-500}
 [ $# -gt 0 ] && shift
-WANTED=${*:-hello calibrate callpath auto dag cg rma sc12 rtr hier}
+WANTED=${*:-hello calibrate callpath auto few dag cg rma sc12 rtr hier}
 CALIBRATE_NPS=${CALIBRATE_NPS:-2 8 16}
 AUTO_NPS=${AUTO_NPS:-8 16}
 AUTO_REPS=${AUTO_REPS:-150}
+AUTO_LIBS=${AUTO_LIBS:-mpich ompi}
 CG_NP=${CG_NP:-16}
 CG_REPEAT=${CG_REPEAT:-3}
 wanted() { case " $WANTED " in *" $1 "*) return 0;; esac; return 1; }
-RES=benchmarks/16core
+RES=${RES:-benchmarks/16core}   # RES=DIR: this run's results in DIR
 WHL=${WHL:-.whl}
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1
 elapsed() { echo $(( $(date +%s) - T0 )); }
@@ -64,13 +66,19 @@ if wanted callpath; then for lib in mpich ompi; do   # the call path at 2 ranks:
     done
 done; fi
 if wanted auto; then for np in $AUTO_NPS; do   # auto against native and every algorithm: default suite + 64 KiB
-    for lib in mpich ompi; do N=$(name_of $lib)
+    for lib in $AUTO_LIBS; do N=$(name_of $lib)
         step "$N-auto-np$np" 150 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/sparsecoll bench --np $np --sizes 8,256,4096,65536 \
             --mode blocking,persistent --reps $AUTO_REPS --out "$RES/auto-$N-np$np"
         # auto and native alone: no other algorithm's requests between them
         step "$N-auto-np$np-native-auto" 90 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/sparsecoll bench --np $np --sizes 8,256,4096,65536 \
             --algorithms native,auto --mode blocking,persistent --reps $AUTO_REPS --out "$RES/auto-$N-np$np/native-auto"
     done
+done; fi
+if wanted few; then for lib in mpich ompi; do   # auto, native and the best columns of the auto group only
+    N=$(name_of $lib)   # (fewer variants between two calls of one: are the winners of the full bench still winners?)
+    step "$N-few-np8" 120 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/sparsecoll bench --np 8 --sizes 8,256,4096,65536 \
+        --algorithms native,auto,direct,cartesian,node_aware,loggp_tree --mode blocking,persistent --reps $AUTO_REPS \
+        --out "$RES/few-$N-np8"
 done; fi
 if wanted dag; then for np in 8 16; do   # SC12: DAG against steps
     for lib in mpich ompi; do N=$(name_of $lib)
