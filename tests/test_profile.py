@@ -62,6 +62,9 @@ def test_one_combined_factor_stands_for_both_families(tmp_path):
     (lambda d: d["loads"][0]["sparsecoll"]["per_call"].__setitem__("blocking", float("nan")),
      "loads[0].sparsecoll.per_call.blocking"),
     (lambda d: d["loads"][0].__setitem__("ranks_per_core", 0), "loads[0].ranks_per_core"),
+    (lambda d: d["loads"][0].__setitem__("ranks_per_node", 0), "loads[0].ranks_per_node"),
+    (lambda d: d["loads"][0].__setitem__("ranks_per_node", 2.5), "loads[0].ranks_per_node"),
+    (lambda d: d["loads"][1].__setitem__("ranks_per_node", "eight"), "loads[1].ranks_per_node"),
     (lambda d: d.__setitem__("loads", []), "loads"),
     (lambda d: d.__setitem__("format", 99), "format"),
     (lambda d: d["loads"][0]["rma"].__setitem__("byte_factor", 0), "loads[0].rma.byte_factor"),
@@ -367,6 +370,36 @@ def test_static_buffers_add_rma_twins_for_persistent_requests_only():
 
 
 @pytest.mark.timeout(200)
+def test_loads_of_one_ranks_per_core_are_kept_apart_by_ranks_per_node(tmp_path):
+    """Each rank on a core of its own (Open MPI binds so) is 1 rank per core at every rank count:
+    the 2-, 8- and 16-rank calibrations on 16 cores all stay, and each rank count finds its own."""
+    import dataclasses
+    base = BUILTIN.loads[0]
+    bound = [dataclasses.replace(base, ranks_per_core=1.0, ranks_per_node=n, sparsecoll_per_step=n * 1e-6)
+             for n in (2, 8, 16)]
+    profile = Profile((), "MPICH 5.0")
+    for load in bound:
+        profile = profile.with_load(load)
+    assert [load.ranks_per_node for load in profile.loads] == [2, 8, 16]
+    assert profile.load_for(1.0, 8) is bound[1] and profile.load_for(1.0, 2) is bound[0]
+    assert profile.load_for(1.0, 12) is bound[2] and profile.load_for(1.0, 3) is bound[0]  # nearest by ratio
+    assert profile.load_for(0.9, 16) is bound[2]
+    again = dataclasses.replace(bound[1], sparsecoll_per_step=5e-6)
+    assert profile.with_load(again).load_for(1.0, 8) is again and len(profile.with_load(again).loads) == 3
+    # ranks per core decides first: 8 ranks at 4 ranks per core is the heavy load, not the 8-rank one
+    heavy = dataclasses.replace(base, ranks_per_core=4.0, ranks_per_node=2)
+    assert profile.with_load(heavy).load_for(4.0, 8) is heavy
+    # a profile written before ranks_per_node was kept: its entry is as near as any, and a new
+    # calibration at the same ranks per core replaces it
+    old = dataclasses.replace(base, ranks_per_core=1.0, ranks_per_node=None)
+    assert Profile((old,)).load_for(1.0, 8) is old
+    assert Profile((old,)).with_load(bound[0]).loads == (bound[0],)
+    path = tmp_path / "p.json"
+    profile.save(path)
+    assert Profile.load(path) == profile
+    assert "ranks_per_node" not in json.loads(json.dumps(old.to_json()))
+
+
 def test_sparsecoll_calibrate_writes_a_profile_that_auto_reads(tmp_path):
     """The command end to end at 2 ranks: a profile file for this library, loadable and merged by load."""
     import subprocess
@@ -381,7 +414,7 @@ def test_sparsecoll_calibrate_writes_a_profile_that_auto_reads(tmp_path):
     assert "written to" in run.stdout
     profile = check_library(Profile.load(out))
     assert profile.mpi_library == library_name() and len(profile.loads) == 1
-    assert profile.loads[0].ranks_per_core > 0
+    assert profile.loads[0].ranks_per_core > 0 and profile.loads[0].ranks_per_node == 2
     assert resolve(str(out)) == profile
 
 

@@ -68,7 +68,8 @@ class ProfileError(ValueError):
 
 @dataclass(frozen=True)
 class Load:
-    """The parameters measured at one load (ranks per core)."""
+    """The parameters measured at one load: ranks per core, and the ranks per node they were
+    measured with (None in profiles written before it was kept: any)."""
 
     ranks_per_core: float
     levels: dict  # level -> {alpha, beta, overhead, rendezvous and rendezvous_step (optional)}
@@ -77,6 +78,9 @@ class Load:
     native_per_call: dict  # form -> seconds
     combined_factor: dict = field(default_factory=lambda: dict.fromkeys(FAMILIES, 1.0))  # family -> >= 1
     rma: dict | None = None  # {"per_message": s (signed), "byte_factor": > 0}, or None: not measured
+    #: Where each rank has a core of its own (Open MPI binds each to one), every rank count is
+    #: 1 rank per core: the rank count keeps 2, 8 and 16 ranks on 16 cores apart.
+    ranks_per_node: int | None = None
 
     def __post_init__(self):
         if any(name not in values for values in self.levels.values() for name in OPTIONAL_LEVEL_FIELDS):
@@ -91,7 +95,13 @@ class Load:
                 "sparsecoll": {"per_call": self.sparsecoll_per_call, "per_step": self.sparsecoll_per_step,
                                "combined_factor": dict(self.combined_factor)},
                 "native": {"per_call": self.native_per_call},
-                **({"rma": self.rma} if self.rma is not None else {})}
+                **({"rma": self.rma} if self.rma is not None else {}),
+                **({"ranks_per_node": self.ranks_per_node} if self.ranks_per_node is not None else {})}
+
+    def describe(self) -> str:
+        """The load in a few words: ``0.5`` or ``0.5 (8 ranks per node)``."""
+        return f"{self.ranks_per_core:g}" + (f" ({self.ranks_per_node} ranks per node)"
+                                              if self.ranks_per_node is not None else "")
 
 
 @dataclass(frozen=True)
@@ -104,16 +114,24 @@ class Profile:
     source: str = ""
     path: str | None = field(default=None, compare=False)
 
-    def load_for(self, ranks_per_core: float) -> Load:
-        """The load measured nearest to ``ranks_per_core`` (by ratio)."""
-        wanted = max(ranks_per_core, 1e-9)
-        return min(self.loads, key=lambda load: abs(math.log(max(load.ranks_per_core, 1e-9) / wanted)))
+    def load_for(self, ranks_per_core: float, ranks_per_node: int | None = None) -> Load:
+        """The load measured nearest to ``ranks_per_core`` (by ratio), and among those the one
+        measured nearest to ``ranks_per_node`` (by ratio; an entry that does not say is as near
+        as any)."""
+        def distance(load: Load) -> tuple:
+            per_node = (0.0 if ranks_per_node is None or load.ranks_per_node is None
+                        else _log_ratio(load.ranks_per_node, ranks_per_node))
+            return _log_ratio(load.ranks_per_core, ranks_per_core), per_node
+        return min(self.loads, key=distance)
 
     def with_load(self, load: Load) -> Profile:
-        """This profile with ``load`` added (replacing one measured at the same load)."""
-        kept = tuple(entry for entry in self.loads if entry.ranks_per_core != load.ranks_per_core)
-        return Profile(tuple(sorted(kept + (load,), key=lambda entry: entry.ranks_per_core)),
-                       self.mpi_library, self.host, self.source, self.path)
+        """This profile with ``load`` added, replacing one measured at the same ranks per core and
+        ranks per node (or one that does not say its ranks per node)."""
+        def replaced(entry: Load) -> bool:
+            return entry.ranks_per_core == load.ranks_per_core and entry.ranks_per_node in (None, load.ranks_per_node)
+        kept = tuple(entry for entry in self.loads if not replaced(entry))
+        ordered = sorted(kept + (load,), key=lambda entry: (entry.ranks_per_core, entry.ranks_per_node or 0))
+        return Profile(tuple(ordered), self.mpi_library, self.host, self.source, self.path)
 
     def describe(self) -> str:
         """Where the profile comes from, in one line."""
@@ -229,9 +247,14 @@ class _Reader:
                    "byte_factor": self.number(values, "byte_factor", f"{key}.rma")}
             if rma["byte_factor"] == 0:
                 self.fail(f"{key}.rma.byte_factor", "expected a positive number, got 0")
+        ranks_per_node = None
+        if "ranks_per_node" in entry:
+            ranks_per_node = entry["ranks_per_node"]
+            if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int) or ranks_per_node < 1:
+                self.fail(f"{key}.ranks_per_node", f"expected a positive integer, got {ranks_per_node!r}")
         return Load(ranks_per_core, checked, self.per_form(ours, f"{key}.sparsecoll"),
                     self.number(ours, "per_step", f"{key}.sparsecoll"), self.per_form(library, f"{key}.native"),
-                    combined, rma)
+                    combined, rma, ranks_per_node)
 
 
 def _level(alpha: float, beta: float, overhead: float) -> dict:
@@ -266,10 +289,20 @@ BUILTIN = Profile(
 )
 
 
+def _log_ratio(a: float, b: float) -> float:
+    """How far apart two positive quantities are, by ratio."""
+    return abs(math.log(max(a, 1e-9) / max(b, 1e-9)))
+
+
+def ranks_per_node(size: int, placement) -> int:
+    """The ranks of a communicator of ``size`` ranks placed by ``placement`` on one node."""
+    return min(size, placement.L * placement.S)
+
+
 def ranks_per_core(size: int, placement, cores: int) -> float:
     """The load a communicator of ``size`` ranks placed by ``placement`` puts on the ``cores`` its
     ranks on this node may run on (:func:`sparsecoll.topology.placement.node_cores`)."""
-    return min(size, placement.L * placement.S) / max(cores, 1)
+    return ranks_per_node(size, placement) / max(cores, 1)
 
 
 def library_name() -> str:

@@ -74,7 +74,7 @@ from mpi4py import MPI
 
 from ..model import choice as model
 from ..model.calibrate import timed_medians
-from ..model.profile import FORMS, library_name, ranks_per_core
+from ..model.profile import FORMS, library_name, ranks_per_core, ranks_per_node
 from ..topology.placement import node_cores
 from ..topology.placement import resolve as resolve_placement
 
@@ -147,9 +147,9 @@ class FamilyModel:
         placement_info = resolve_placement(runtime.private, plan.options.get("ranks_per_socket"),
                                            plan.options.get("sockets_per_node"))  # collective
         self.placement = placement_info.placement
-        self.ranks_per_core = ranks_per_core(runtime.private.Get_size(), self.placement,
-                                             node_cores(runtime.private))  # collective
-        self.load = self.profile.load_for(self.ranks_per_core)
+        size = runtime.private.Get_size()
+        self.ranks_per_core = ranks_per_core(size, self.placement, node_cores(runtime.private))  # collective
+        self.load = self.profile.load_for(self.ranks_per_core, ranks_per_node(size, self.placement))
         self.fault = model.library_fault(runtime.topology, library_name())  # this rank's, agreed at first call
         self.patterns: dict = {}
         self.costs = model.local_costs(runtime.topology, family, dict(plan.options), self.load, self.placement,
@@ -359,7 +359,8 @@ class AutoDispatch:
                 "size_class": size_class, "pinned": self.pinned is not None, "predicted_seconds": predicted,
                 "estimated": sorted(n for n in predicted if n != model.NATIVE and not family.built(n)),
                 "reason": why, "profile": family.profile.describe(), "ranks_per_core": family.ranks_per_core,
-                "load_ranks_per_core": family.load.ranks_per_core, "placement": str(family.placement)}
+                "load_ranks_per_core": family.load.ranks_per_core,
+                "load_ranks_per_node": family.load.ranks_per_node, "placement": str(family.placement)}
 
     # -- calls -------------------------------------------------------------------------
     def _size_class(self, sendbuf, recvbuf) -> int:

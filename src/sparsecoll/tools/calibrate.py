@@ -15,6 +15,7 @@ Run it once at a rank per core (``--np 2`` here) and once at the load you will r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -148,7 +149,15 @@ def _main_loggp(comm, args, sizes, cores: int) -> int:
 def _main_profile(comm, args, cores: int) -> int:
 
     from sparsecoll.model.calibrate import fit_profile_load
-    from sparsecoll.model.profile import BUILTIN, Profile, ProfileError, default_path, library_name, ranks_per_core
+    from sparsecoll.model.profile import (
+        BUILTIN,
+        Profile,
+        ProfileError,
+        default_path,
+        library_name,
+        ranks_per_core,
+        ranks_per_node,
+    )
     from sparsecoll.topology.placement import resolve as resolve_placement
 
     from .profile_calibration import copy_seconds_per_byte, measure
@@ -159,8 +168,9 @@ def _main_profile(comm, args, cores: int) -> int:
     ranks = ranks_per_core(comm.Get_size(), placement, cores)
     start = time.perf_counter()
     times, stencil, one_way = measure(comm, args.reps, say)
-    load = fit_profile_load(times, ranks, pair_level, copy_seconds_per_byte(), one_way, BUILTIN.loads[0],
-                            stencil)
+    load = dataclasses.replace(fit_profile_load(times, ranks, pair_level, copy_seconds_per_byte(), one_way,
+                                                BUILTIN.loads[0], stencil),
+                               ranks_per_node=ranks_per_node(comm.Get_size(), placement))
     if rank == 0:
         path = args.out or default_path()
         library = library_name()
@@ -196,7 +206,7 @@ def _main_profile(comm, args, cores: int) -> int:
         if load.rma is not None:
             say(f"rma executor (persistent): {load.rma['per_message'] * 1e6:.2f} us more per message, "
                 f"{load.rma['byte_factor']:.2f} x the bytes' cost")
-        say(f"written to {path} (loads: {', '.join(f'{entry.ranks_per_core:g}' for entry in profile.loads)})")
+        say(f"written to {path} (loads: {', '.join(entry.describe() for entry in profile.loads)})")
     return 0
 
 
