@@ -127,9 +127,7 @@ def _format_datatype(obj, buf, arg: str) -> MPI.Datatype:
             raise ValueError(f"{arg}: buffer format {fmt!r} has non-native byte order; convert it "
                              f"(numpy: .astype(dtype.newbyteorder('='))) or pass a datatype explicitly")
         fmt = fmt[1:]
-    if fmt == "B":  # as mpi4py: a buffer of format "B" (bytes, numpy uint8) is MPI.BYTE
-        return MPI.BYTE
-    try:
+    try:  # as mpi4py: format "B" (bytes, bytearray, numpy uint8) is MPI.UNSIGNED_CHAR, which reductions take
         return MPI.Datatype.fromcode(fmt)
     except (KeyError, ValueError):
         raise ValueError(f"{arg}: cannot map buffer format {fmt!r} to an MPI datatype") from None

@@ -345,6 +345,23 @@ def test_allreduce(comm, kind, op, calls, in_place):
     assert both(comm, "Allreduce", make) == calls
 
 
+@pytest.mark.parametrize("make_buffer", (lambda n: numpy.full(n, RANK + 1, dtype=numpy.uint8),
+                                         lambda n: bytearray([RANK + 1] * n)), ids=("uint8", "bytearray"))
+def test_reductions_of_byte_buffers_type_them_as_mpi4py(comm, make_buffer):
+    """A buffer of format "B" (numpy uint8, bytearray) given without a datatype is MPI_UNSIGNED_CHAR,
+    as mpi4py infers it, which SUM takes (MPI_BYTE, which it was typed as, takes only the bitwise
+    operations: the hierarchy raised on the ranks that reduce and the others waited)."""
+    def make():
+        recv = make_buffer(4)
+        return {"recv": numpy.frombuffer(recv, dtype=numpy.uint8), "args": (make_buffer(4), recv, MPI.SUM)}
+    assert both(comm, "Allreduce", make) == 1
+
+    def make_reduce():
+        recv = make_buffer(4)
+        return {"recv": numpy.frombuffer(recv, dtype=numpy.uint8), "args": (make_buffer(4), recv, MPI.MAX, 0)}
+    assert both(comm, "Reduce", make_reduce) == 1
+
+
 @pytest.mark.parametrize("in_place", (False, True))
 @pytest.mark.parametrize("kind,op,calls", _op_cases())
 def test_reduce_scatter_block(comm, kind, op, calls, in_place):
