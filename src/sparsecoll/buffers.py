@@ -60,15 +60,18 @@ class Blocks:
 
 
 def datatype_key(datatype: MPI.Datatype) -> tuple:
-    """Identify a datatype for schedule caching: handle plus its size and extents.
+    """Identify a datatype for schedule caching: a predefined one by its handle, a derived one
+    by its object as well as its handle, size and extents.
 
-    A handle freed and reused for a type of different layout changes size or extent
-    in all but contrived cases; pass fresh buffers/datatypes or use persistent
-    requests where that matters.
+    MPI reuses the handle of a freed type (MPICH gives the next type made the same one), so a
+    program that makes and frees a type around each call passes a new type under an old
+    handle; a schedule bound with the freed object (whose handle mpi4py then reads as
+    ``MPI_DATATYPE_NULL``) must not serve it. A cached schedule keeps the object it was bound
+    with alive, so no other object can have its ``id`` while the schedule is cached.
     """
     if datatype.is_predefined:
         return (datatype.handle,)
-    return (datatype.handle, datatype.Get_size(), datatype.Get_extent(), datatype.Get_true_extent())
+    return (id(datatype), datatype.handle, datatype.Get_size(), datatype.Get_extent(), datatype.Get_true_extent())
 
 
 def as_datatype(obj, arg: str) -> MPI.Datatype:
