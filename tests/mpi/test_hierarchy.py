@@ -765,8 +765,22 @@ def test_checked_arguments_raise_on_every_rank():
     with pytest.raises(ValueError, match=r"recvbuf: the root's counts disagree"):
         checked.Scatter(numpy.zeros(2 * SIZE, dtype=numpy.int32) if RANK == 0 else None,
                         numpy.zeros(3, dtype=numpy.int32), root=0)
-    with pytest.raises(ValueError, match=r"recvbuf: the root's counts disagree with those of rank\(s\) \[0\]"):
+    with pytest.raises(ValueError, match=r"recvbuf: the ranks disagree about the counts of rank\(s\) \[0\]"):
         checked.Allgather(numpy.zeros(1 if RANK == 0 else 2, dtype=numpy.int32), numpy.zeros(2 * SIZE, numpy.int32))
+    # an error one rank finds in its own arguments before the agreement: it raises its own, the
+    # others that it failed (they waited for ever before)
+    for call, own in ((lambda: checked.Alltoall(numpy.zeros(2 * SIZE, numpy.int32),
+                                                numpy.zeros((3 if RANK == 0 else 2) * SIZE, numpy.int32)),
+                       "sendbuf: blocks of 8 bytes, but recvbuf's blocks hold 12 bytes"),
+                      (lambda: checked.Reduce(numpy.zeros(2, numpy.int32), numpy.zeros(2, numpy.float32)
+                                              if RANK == 0 else None, op=MPI.SUM, root=0),
+                       "sendbuf: datatype MPI_INT differs from recvbuf's"),
+                      (lambda: checked.Bcast(numpy.zeros((2, 2), numpy.int32)[:, 0] if RANK == 0 else data, root=0),
+                       "buf")):
+        with pytest.raises((ValueError, TypeError)) as raised:
+            call()
+        assert own in str(raised.value) if RANK == 0 else \
+            "rank(s) [0] raised on their arguments of this call" in str(raised.value), str(raised.value)
     checked.Allreduce(MPI.IN_PLACE, data)
     assert data.tolist() == [SIZE * (SIZE - 1) // 2] * 2
     with pytest.raises(TypeError, match="check_arguments"):

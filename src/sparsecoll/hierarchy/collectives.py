@@ -35,15 +35,19 @@ Growth (:meth:`node.SharedWindow.ensure`) is decided from sizes every node rank 
 Errors: argument errors raise ValueError or TypeError naming the argument before this rank
 takes part in any synchronization. By default they are local checks (no communication is added),
 so as in MPI the other ranks of an erroneous call may wait. With ``check_arguments=True`` (an
-option of :func:`sparsecoll.wrap`) every call first makes one small allreduce (``4 + 2 * size``
+option of :func:`sparsecoll.wrap`) every call first makes one small allreduce (``4 + 3 * size``
 int64) on the communicator that compares the roots, the bytes every rank moves and, for
 ``Gatherv`` / ``Scatterv``, the root's count for each rank with that rank's own; a disagreement
-raises the same ValueError on every rank before anything else is sent. ``Alltoallv``'s pairwise
-counts are not compared.
+raises the same ValueError on every rank before anything else is sent. A rank whose own
+arguments fail their local checks takes part in that allreduce as failed and raises its own
+error; the others raise a ValueError naming it (``Reduce_scatter`` without ``recvcounts``, whose
+counts are gathered first, and the dynamic leaders' reductions excepted). ``Alltoallv``'s
+pairwise counts are not compared.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
 from functools import partial
 
 import numpy
@@ -217,8 +221,7 @@ class Hierarchy:
         if not self.check_arguments:
             return
         p = self.size
-        lowest = numpy.iinfo(numpy.int64).min
-        vector = numpy.full(4 + 2 * p, lowest, dtype=numpy.int64)
+        vector = self._agreement_vector()
         if root is not None:
             vector[0:2] = root, -root
         if nbytes is not None:
@@ -228,17 +231,42 @@ class Hierarchy:
         if expected is not None:
             expected = numpy.asarray(expected, dtype=numpy.int64)
             vector[4:4 + p] = numpy.maximum(vector[4:4 + p], expected)
-            vector[4 + p:] = numpy.maximum(vector[4 + p:], -expected)
+            vector[4 + p:4 + 2 * p] = numpy.maximum(vector[4 + p:4 + 2 * p], -expected)
         MPI.Intracomm.Allreduce(self.comm, MPI.IN_PLACE, vector, op=MPI.MAX)
+        failed = numpy.flatnonzero(vector[4 + 2 * p:] == 1).tolist()
+        if failed:
+            raise ValueError(f"{arg}: rank(s) {failed} raised on their arguments of this call (each names its "
+                             f"argument; check_arguments made every rank raise)")
         if root is not None and vector[0] != -vector[1]:
             raise ValueError(f"root: the ranks passed different roots ({-vector[1]} to {vector[0]})")
         if nbytes is not None and vector[2] != -vector[3]:
             raise ValueError(f"{arg}: the ranks' buffers hold different numbers of bytes "
                              f"({-vector[3]} to {vector[2]})")
         if mine is not None:
-            bad = numpy.flatnonzero(vector[4:4 + p] != -vector[4 + p:]).tolist()
+            bad = numpy.flatnonzero(vector[4:4 + p] != -vector[4 + p:4 + 2 * p]).tolist()
             if bad:
-                raise ValueError(f"{arg}: the root's counts disagree with those of rank(s) {bad}")
+                if root is not None:
+                    raise ValueError(f"{arg}: the root's counts disagree with those of rank(s) {bad}")
+                raise ValueError(f"{arg}: the ranks disagree about the counts of rank(s) {bad}")
+
+    def _agreement_vector(self) -> numpy.ndarray:
+        """:meth:`_agree`'s vector, every entry at its lowest: root, bytes, each rank's bytes as the
+        rank and as the root see them (each also negated), then one entry per rank that failed."""
+        return numpy.full(4 + 3 * self.size, numpy.iinfo(numpy.int64).min, dtype=numpy.int64)
+
+    @contextmanager
+    def _arguments(self):
+        """The local argument checks of a call that agrees (:meth:`_agree`) next, with no message
+        in between: with ``check_arguments`` an error raised here first takes part in the
+        agreement, as a failure, so the other ranks raise too instead of waiting; then it is raised."""
+        try:
+            yield
+        except (ValueError, TypeError):
+            if self.check_arguments:
+                vector = self._agreement_vector()
+                vector[4 + 2 * self.size + self.rank] = 1
+                MPI.Intracomm.Allreduce(self.comm, MPI.IN_PLACE, vector, op=MPI.MAX)
+            raise
 
     def _check_root(self, root) -> int:
         if not is_integer(root) or not 0 <= root < self.size:
@@ -251,8 +279,9 @@ class Hierarchy:
     # -- the gather family: blocks of every rank, nodes' chunks contiguous -------------------------
     def allgather(self, sendbuf, recvbuf, vector: bool) -> None:
         """``Allgather`` / ``Allgatherv`` (mpi4py's arguments)."""
-        received = _parse(recvbuf, self.size, vector, False, "recvbuf")
-        source, index = self._own_block(sendbuf, received, self.rank, "sendbuf")
+        with self._arguments():
+            received = _parse(recvbuf, self.size, vector, False, "recvbuf")
+            source, index = self._own_block(sendbuf, received, self.rank, "sendbuf")
         sizes = _block_sizes(received)
         offsets, counts, displs = gather_placement(sizes, self.members)
         self._agree("recvbuf", nbytes=int(sizes.sum()), mine=packed_size(source.counts[index], source.types[index]),
@@ -268,8 +297,9 @@ class Hierarchy:
 
     def gather(self, sendbuf, recvbuf, root) -> None:
         """``Gather`` (mpi4py's arguments)."""
-        root = self._check_root(root)
-        received, source, index = self._gathered_at_root(sendbuf, recvbuf, root, parse_simple)
+        with self._arguments():
+            root = self._check_root(root)
+            received, source, index = self._gathered_at_root(sendbuf, recvbuf, root, parse_simple)
         block = packed_size(source.counts[index], source.types[index])
         offsets, counts, displs = gather_placement(numpy.full(self.size, block, numpy.int64), self.members)
         self._agree("sendbuf", root=root, mine=block, expected=None if received is None else _block_sizes(received))
@@ -282,8 +312,9 @@ class Hierarchy:
 
     def gatherv(self, sendbuf, recvbuf, root) -> None:
         """``Gatherv`` (mpi4py's arguments): ExchangeCntData, counts known at the root only."""
-        root = self._check_root(root)
-        received, source, index = self._gathered_at_root(sendbuf, recvbuf, root, parse_vector)
+        with self._arguments():
+            root = self._check_root(root)
+            received, source, index = self._gathered_at_root(sendbuf, recvbuf, root, parse_vector)
         mine = packed_size(source.counts[index], source.types[index])
         self._agree("recvbuf", root=root, mine=mine,
                     expected=None if received is None else _block_sizes(received))
@@ -325,16 +356,17 @@ class Hierarchy:
 
     def scatter(self, sendbuf, recvbuf, root) -> None:
         """``Scatter`` (mpi4py's arguments)."""
-        root = self._check_root(root)
-        target = self._scatter_target(recvbuf, root)
-        sent = None
-        if self.rank == root:
-            sent = parse_simple(sendbuf, self.size, readonly=True, arg="sendbuf")
-            block = packed_size(sent.counts[0], sent.types[0])
-            if not self.check_arguments:  # (else the agreement raises it on every rank)
-                _check_same(target, block, "recvbuf", "sendbuf's block")
-        else:
-            block = packed_size(target.counts[0], target.types[0])
+        with self._arguments():
+            root = self._check_root(root)
+            target = self._scatter_target(recvbuf, root)
+            sent = None
+            if self.rank == root:
+                sent = parse_simple(sendbuf, self.size, readonly=True, arg="sendbuf")
+                block = packed_size(sent.counts[0], sent.types[0])
+                if not self.check_arguments:  # (else the agreement raises it on every rank)
+                    _check_same(target, block, "recvbuf", "sendbuf's block")
+            else:
+                block = packed_size(target.counts[0], target.types[0])
         offsets, counts, displs = gather_placement(numpy.full(self.size, block, numpy.int64), self.members)
         mine = block if target is None else packed_size(target.counts[0], target.types[0])
         self._agree("recvbuf", root=root, mine=mine, expected=None if sent is None else _block_sizes(sent))
@@ -349,18 +381,19 @@ class Hierarchy:
 
     def scatterv(self, sendbuf, recvbuf, root) -> None:
         """``Scatterv`` (mpi4py's arguments): ExchangeCntData, counts known at the root only."""
-        root = self._check_root(root)
-        target = self._scatter_target(recvbuf, root)
-        sent = None
-        if self.rank == root:
-            sent = parse_vector(sendbuf, self.size, readonly=True, arg="sendbuf")
-            mine = packed_size(sent.counts[root], sent.types[root])
-            if not self.check_arguments:  # (else the agreement raises it on every rank)
-                _check_same(target, mine, "recvbuf", f"sendbuf's block {root}")
-            elif target is not None:
+        with self._arguments():
+            root = self._check_root(root)
+            target = self._scatter_target(recvbuf, root)
+            sent = None
+            if self.rank == root:
+                sent = parse_vector(sendbuf, self.size, readonly=True, arg="sendbuf")
+                mine = packed_size(sent.counts[root], sent.types[root])
+                if not self.check_arguments:  # (else the agreement raises it on every rank)
+                    _check_same(target, mine, "recvbuf", f"sendbuf's block {root}")
+                elif target is not None:
+                    mine = packed_size(target.counts[0], target.types[0])
+            else:
                 mine = packed_size(target.counts[0], target.types[0])
-        else:
-            mine = packed_size(target.counts[0], target.types[0])
         self._agree("sendbuf", root=root, mine=mine,
                     expected=None if sent is None else _block_sizes(sent))
         self._begin()
@@ -418,13 +451,14 @@ class Hierarchy:
     # -- alltoall (Fig. 2) ----------------------------------------------------------------------
     def alltoall(self, sendbuf, recvbuf) -> None:
         """``Alltoall`` (mpi4py's arguments)."""
-        received = parse_simple(recvbuf, self.size, readonly=False, arg="recvbuf")
-        sent = received if is_in_place(sendbuf) else parse_simple(sendbuf, self.size, readonly=True,
-                                                                   arg="sendbuf")
-        block = packed_size(sent.counts[0], sent.types[0])
-        if block != packed_size(received.counts[0], received.types[0]):
-            raise ValueError(f"sendbuf: blocks of {block} bytes, but recvbuf's blocks hold "
-                             f"{packed_size(received.counts[0], received.types[0])} bytes")
+        with self._arguments():
+            received = parse_simple(recvbuf, self.size, readonly=False, arg="recvbuf")
+            sent = received if is_in_place(sendbuf) else parse_simple(sendbuf, self.size, readonly=True,
+                                                                       arg="sendbuf")
+            block = packed_size(sent.counts[0], sent.types[0])
+            if block != packed_size(received.counts[0], received.types[0]):
+                raise ValueError(f"sendbuf: blocks of {block} bytes, but recvbuf's blocks hold "
+                                 f"{packed_size(received.counts[0], received.types[0])} bytes")
         sizes = numpy.full((self.node_size, self.size), block, dtype=numpy.int64)
         self._agree("sendbuf", nbytes=block)
         self._begin()
@@ -463,8 +497,9 @@ class Hierarchy:
     # -- broadcast ------------------------------------------------------------------------------
     def bcast(self, buf, root) -> None:
         """``Bcast`` (mpi4py's arguments)."""
-        root = self._check_root(root)
-        blocks = parse_simple(buf, 1, readonly=self.rank == root, arg="buf")
+        with self._arguments():
+            root = self._check_root(root)
+            blocks = parse_simple(buf, 1, readonly=self.rank == root, arg="buf")
         nbytes = packed_size(blocks.counts[0], blocks.types[0])
         self._agree("buf", nbytes=nbytes, root=root)
         self._begin()
@@ -500,15 +535,17 @@ class Hierarchy:
         With ``reduce="dynamic"`` (unless ``fixed``) the dynamic leaders' reduce runs it."""
         if self.dynamic is not None and not fixed:
             return self.dynamic.reduce(sendbuf, recvbuf, op, root)
-        root = self._check_root(root)
-        target = None
-        if self.rank == root:
-            target = parse_simple(recvbuf, 1, readonly=False, arg="recvbuf")
-            source = target if is_in_place(sendbuf) else parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
-            _check_reduction_pair(source, target)
-        else:
-            reject_in_place(sendbuf, "sendbuf", "Reduce")
-            source = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
+        with self._arguments():
+            root = self._check_root(root)
+            target = None
+            if self.rank == root:
+                target = parse_simple(recvbuf, 1, readonly=False, arg="recvbuf")
+                source = target if is_in_place(sendbuf) else parse_simple(sendbuf, 1, readonly=True,
+                                                                           arg="sendbuf")
+                _check_reduction_pair(source, target)
+            else:
+                reject_in_place(sendbuf, "sendbuf", "Reduce")
+                source = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
         count, datatype = source.counts[0], source.types[0]
         self._agree("sendbuf", nbytes=packed_size(count, datatype), root=root)
         reduced = self._reduced_on_node(source, count, datatype, op)
@@ -545,9 +582,10 @@ class Hierarchy:
         With ``reduce="dynamic"`` (unless ``fixed``) the dynamic leaders' allreduce runs it."""
         if self.dynamic is not None and not fixed:
             return self.dynamic.allreduce(sendbuf, recvbuf, op)
-        target = parse_simple(recvbuf, 1, readonly=False, arg="recvbuf")
-        source = target if is_in_place(sendbuf) else parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
-        _check_reduction_pair(source, target)
+        with self._arguments():
+            target = parse_simple(recvbuf, 1, readonly=False, arg="recvbuf")
+            source = target if is_in_place(sendbuf) else parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
+            _check_reduction_pair(source, target)
         count, datatype = target.counts[0], target.types[0]
         self._agree("sendbuf", nbytes=packed_size(count, datatype))
         reduced = self._reduced_on_node(source, count, datatype, op)
@@ -564,22 +602,24 @@ class Hierarchy:
         """``Reduce_scatter_block`` (``block``) or ``Reduce_scatter`` (mpi4py's arguments); False when
         the library must run it."""
         in_place = is_in_place(sendbuf)
-        if block:
-            target = parse_simple(recvbuf, self.size if in_place else 1, readonly=False, arg="recvbuf")
-            counts = [target.counts[0]] * self.size
-        else:
-            target = parse_simple(recvbuf, 1, readonly=False, arg="recvbuf")
-            counts = self._recvcounts(recvcounts, target, in_place)
-        datatype = target.types[0]
-        if in_place:
-            base, source_type = target.address + target.displs[0], datatype
-        else:
-            source = parse_simple(sendbuf, self.size if block else 1, readonly=True, arg="sendbuf")
-            base, source_type = source.address + source.displs[0], source.types[0]
-            sent = source.counts[0] * (self.size if block else 1)
-            if source_type.Get_size() != datatype.Get_size() or sent != sum(counts):
-                raise ValueError(f"sendbuf: {sent} elements of {source_type.Get_size()} bytes, but the receive "
-                                 f"counts add up to {sum(counts)} elements of {datatype.Get_size()} bytes")
+        # (recvcounts None: mpi4py's allgather of the counts comes first, so no failure can be agreed)
+        with self._arguments() if block or recvcounts is not None else nullcontext():
+            if block:
+                target = parse_simple(recvbuf, self.size if in_place else 1, readonly=False, arg="recvbuf")
+                counts = [target.counts[0]] * self.size
+            else:
+                target = parse_simple(recvbuf, 1, readonly=False, arg="recvbuf")
+                counts = self._recvcounts(recvcounts, target, in_place)
+            datatype = target.types[0]
+            if in_place:
+                base, source_type = target.address + target.displs[0], datatype
+            else:
+                source = parse_simple(sendbuf, self.size if block else 1, readonly=True, arg="sendbuf")
+                base, source_type = source.address + source.displs[0], source.types[0]
+                sent = source.counts[0] * (self.size if block else 1)
+                if source_type.Get_size() != datatype.Get_size() or sent != sum(counts):
+                    raise ValueError(f"sendbuf: {sent} elements of {source_type.Get_size()} bytes, but the receive "
+                                     f"counts add up to {sum(counts)} elements of {datatype.Get_size()} bytes")
         self._agree("recvcounts", nbytes=packed_size(sum(counts), datatype))
         plan = self.reduction_plan(datatype, op)
         if plan is None:
