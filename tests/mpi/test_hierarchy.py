@@ -743,6 +743,22 @@ def test_plan_stats_name_what_each_global_collective_ran(comm):
         graph.Free()
 
 
+def test_reduce_scatter_whose_last_blocks_are_the_largest():
+    """The leaders' Reduce_scatter ran in place, and MPICH 5.0.2's in-place Reduce_scatter aborts
+    ('memcpy argument memory ranges overlap') when a node's block is larger than its offset: a
+    legal call the library runs (int64 counts 17500 k for rank k)."""
+    counts = [17500 * (r + 1) for r in range(SIZE)]
+    for per_node in (2, 3):
+        wrapped = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=per_node)
+        send = numpy.arange(sum(counts), dtype=numpy.int64) + RANK
+        mine, theirs = numpy.zeros(counts[RANK], numpy.int64), numpy.zeros(counts[RANK], numpy.int64)
+        wrapped.Reduce_scatter(send, mine, counts, op=MPI.SUM)
+        WORLD.Reduce_scatter(send, theirs, counts, op=MPI.SUM)
+        same(mine, theirs)
+        assert wrapped.plan_stats("Reduce_scatter")["algorithm"] == "universal hierarchical"
+        wrapped.Free()
+
+
 def test_checked_arguments_raise_on_every_rank():
     """check_arguments=True: one allreduce finds disagreeing roots and counts; every rank raises the
     same error and the communicator stays usable."""
