@@ -283,6 +283,31 @@ def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
         assert_same_on_every_rank(comm.plan_stats("alltoall", block_bytes=1024)["algorithm"])
 
 
+def test_settled_calls_take_every_receive_spec_mpi4py_takes(monkeypatch):
+    """Once a size class has settled, the wrapper's fast path reads the block size of a
+    ``[array, count, datatype]`` spec itself; ``[array, None, datatype]`` (count inferred) and
+    ``[array, [count, displ], datatype]`` made it raise TypeError on the rank that passed them
+    while the others waited. Ranks differ: rank 0 passes those specs, the others plain arrays."""
+    from sparsecoll.model import choice
+    monkeypatch.setattr(choice, "decide", lambda seconds, native_allowed=True:
+                        [["direct"] * choice.CLASSES for _ in range(3)])
+    left, right = (RANK - 1) % SIZE, (RANK + 1) % SIZE
+    raw = WORLD.Create_dist_graph_adjacent([left, right], [right, left], reorder=False)
+    try:
+        indegree = outdegree = 2
+        comm = sparsecoll.wrap(raw)
+        send = numpy.arange(2 * outdegree, dtype=numpy.float64) + 100 * RANK
+        for call, spec in enumerate((None, "none", "list", "none", "tuple", "list")):
+            for form in ("blocking", "nonblocking"):
+                got = numpy.zeros(2 * indegree)
+                given = {None: got, "none": [got, None, MPI.DOUBLE], "list": [got, [2, 0], MPI.DOUBLE],
+                         "tuple": [got, (2, 0), MPI.DOUBLE]}[spec if RANK == 0 else None]
+                assert alltoall_matches_library(comm, raw, form, send, got, given, 16), (call, spec, form)
+        assert comm.plan_stats("alltoall", block_bytes=16)["algorithm"] == "direct"
+    finally:
+        raw.Free()
+
+
 def test_settled_large_calls_go_to_the_library_without_a_parse(monkeypatch):
     """A table that says direct below 1 KiB blocks and native above: once a size class has run,
     its calls run their final choice straight from the wrapper (no parse for a native one); ranks

@@ -401,7 +401,7 @@ class AutoDispatch:
             if kind is ndarray:
                 run = by_nbytes.get(recvbuf.nbytes)
             elif kind is list or kind is tuple:
-                if len(recvbuf) == 3 and type(recvbuf[2]) is datatype:
+                if len(recvbuf) == 3 and type(recvbuf[1]) is int and type(recvbuf[2]) is datatype:
                     try:  # spec_block_bytes's first rule without its frame (the spec the bench passes)
                         run = by_block.get(recvbuf[1] * recvbuf[2].Get_size())
                     except MPI.Exception:  # a datatype without a size: the parse names it
