@@ -783,6 +783,10 @@ def test_checked_arguments_raise_on_every_rank():
                         numpy.zeros(3, dtype=numpy.int32), root=0)
     with pytest.raises(ValueError, match=r"recvbuf: the ranks disagree about the counts of rank\(s\) \[0\]"):
         checked.Allgather(numpy.zeros(1 if RANK == 0 else 2, dtype=numpy.int32), numpy.zeros(2 * SIZE, numpy.int32))
+    if SIZE > 1:  # recvcounts that differ between ranks with equal totals (returned silently before)
+        counts = [SIZE] + [0] * (SIZE - 1) if RANK == 0 else [1] * SIZE
+        with pytest.raises(ValueError, match=r"recvcounts: the ranks disagree about the counts of rank\(s\)"):
+            checked.Reduce_scatter(numpy.ones(SIZE, numpy.int32), numpy.zeros(counts[RANK], numpy.int32), counts)
     # an error one rank finds in its own arguments before the agreement: it raises its own, the
     # others that it failed (they waited for ever before)
     for call, own in ((lambda: checked.Alltoall(numpy.zeros(2 * SIZE, numpy.int32),

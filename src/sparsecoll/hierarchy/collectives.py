@@ -37,7 +37,8 @@ takes part in any synchronization. By default they are local checks (no communic
 so as in MPI the other ranks of an erroneous call may wait. With ``check_arguments=True`` (an
 option of :func:`sparsecoll.wrap`) every call first makes one small allreduce (``4 + 3 * size``
 int64) on the communicator that compares the roots, the bytes every rank moves and, for
-``Gatherv`` / ``Scatterv``, the root's count for each rank with that rank's own; a disagreement
+``Gatherv`` / ``Scatterv``, the root's count for each rank with that rank's own (for
+``Reduce_scatter``, every rank's ``recvcounts`` with every other's); a disagreement
 raises the same ValueError on every rank before anything else is sent. A rank whose own
 arguments fail their local checks takes part in that allreduce as failed and raises its own
 error; the others raise a ValueError naming it (``Reduce_scatter`` without ``recvcounts``, whose
@@ -620,7 +621,9 @@ class Hierarchy:
                 if source_type.Get_size() != datatype.Get_size() or sent != sum(counts):
                     raise ValueError(f"sendbuf: {sent} elements of {source_type.Get_size()} bytes, but the receive "
                                      f"counts add up to {sum(counts)} elements of {datatype.Get_size()} bytes")
-        self._agree("recvcounts", nbytes=packed_size(sum(counts), datatype))
+        block_bytes = numpy.fromiter((packed_size(c, datatype) for c in counts), dtype=numpy.int64, count=len(counts))
+        self._agree("recvcounts", nbytes=packed_size(sum(counts), datatype), mine=int(block_bytes[self.rank]),
+                    expected=block_bytes)  # every rank passes every rank's count: they must agree
         plan = self.reduction_plan(datatype, op)
         if plan is None:
             self.library_calls += 1
