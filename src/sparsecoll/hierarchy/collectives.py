@@ -215,14 +215,19 @@ class Hierarchy:
         for window in windows:
             window.Sync()
 
-    def _agree(self, arg: str, nbytes=None, root=None, mine=None, expected=None) -> None:
+    def _agree(self, arg: str, nbytes=None, root=None, mine=None, expected=None, failed: bool = False) -> None:
         """With ``check_arguments``: one Allreduce(MAX) over the communicator comparing ``root``,
         ``nbytes`` (each given on every rank or on none) and this rank's byte count ``mine`` with
-        the root's ``expected`` per-rank byte counts; every rank raises the same error."""
+        the root's ``expected`` per-rank byte counts; every rank raises the same error. ``failed``:
+        this rank's own arguments failed their local checks (:meth:`_arguments`), which raises them;
+        the others raise an error naming it. The vector: root, bytes, each rank's bytes as the rank
+        and as the root see them (each also negated), then one entry per rank that failed."""
         if not self.check_arguments:
             return
         p = self.size
-        vector = self._agreement_vector()
+        vector = numpy.full(4 + 3 * p, numpy.iinfo(numpy.int64).min, dtype=numpy.int64)
+        if failed:
+            vector[4 + 2 * p + self.rank] = 1
         if root is not None:
             vector[0:2] = root, -root
         if nbytes is not None:
@@ -234,9 +239,11 @@ class Hierarchy:
             vector[4:4 + p] = numpy.maximum(vector[4:4 + p], expected)
             vector[4 + p:4 + 2 * p] = numpy.maximum(vector[4 + p:4 + 2 * p], -expected)
         MPI.Intracomm.Allreduce(self.comm, MPI.IN_PLACE, vector, op=MPI.MAX)
-        failed = numpy.flatnonzero(vector[4 + 2 * p:] == 1).tolist()
         if failed:
-            raise ValueError(f"{arg}: rank(s) {failed} raised on their arguments of this call (each names its "
+            return
+        failures = numpy.flatnonzero(vector[4 + 2 * p:] == 1).tolist()
+        if failures:
+            raise ValueError(f"{arg}: rank(s) {failures} raised on their arguments of this call (each names its "
                              f"argument; check_arguments made every rank raise)")
         if root is not None and vector[0] != -vector[1]:
             raise ValueError(f"root: the ranks passed different roots ({-vector[1]} to {vector[0]})")
@@ -250,11 +257,6 @@ class Hierarchy:
                     raise ValueError(f"{arg}: the root's counts disagree with those of rank(s) {bad}")
                 raise ValueError(f"{arg}: the ranks disagree about the counts of rank(s) {bad}")
 
-    def _agreement_vector(self) -> numpy.ndarray:
-        """:meth:`_agree`'s vector, every entry at its lowest: root, bytes, each rank's bytes as the
-        rank and as the root see them (each also negated), then one entry per rank that failed."""
-        return numpy.full(4 + 3 * self.size, numpy.iinfo(numpy.int64).min, dtype=numpy.int64)
-
     @contextmanager
     def _arguments(self):
         """The local argument checks of a call that agrees (:meth:`_agree`) next, with no message
@@ -263,10 +265,7 @@ class Hierarchy:
         try:
             yield
         except (ValueError, TypeError):
-            if self.check_arguments:
-                vector = self._agreement_vector()
-                vector[4 + 2 * self.size + self.rank] = 1
-                MPI.Intracomm.Allreduce(self.comm, MPI.IN_PLACE, vector, op=MPI.MAX)
+            self._agree("", failed=True)
             raise
 
     def _check_root(self, root) -> int:

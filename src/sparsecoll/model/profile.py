@@ -51,6 +51,7 @@ import os
 import platform
 from dataclasses import dataclass, field
 
+from ..checks import is_integer
 from ..pattern import FAMILIES
 
 FORMAT = 1
@@ -250,7 +251,7 @@ class _Reader:
         ranks_per_node = None
         if "ranks_per_node" in entry:
             ranks_per_node = entry["ranks_per_node"]
-            if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int) or ranks_per_node < 1:
+            if not is_integer(ranks_per_node) or ranks_per_node < 1:
                 self.fail(f"{key}.ranks_per_node", f"expected a positive integer, got {ranks_per_node!r}")
         return Load(ranks_per_core, checked, self.per_form(ours, f"{key}.sparsecoll"),
                     self.number(ours, "per_step", f"{key}.sparsecoll"), self.per_form(library, f"{key}.native"),
