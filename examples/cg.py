@@ -255,6 +255,12 @@ def main(argv=None) -> int:
                         help="halo exchange by one persistent request (Neighbor_alltoallv_init) per solve")
     parser.add_argument("--repeat", type=int, default=5, help="timed solves per variant (after one warm-up)")
     args = parser.parse_args(argv)
+    if not args.matrix.is_file():
+        parser.error(f"--matrix: no such file: {args.matrix}")
+    if args.iterations < 1 or args.repeat < 1:
+        parser.error(f"--iterations, --repeat: expected at least 1, got {args.iterations}, {args.repeat}")
+    if not 0 < args.tol < 1:  # at least one iteration, so that every variant exchanges and is timed
+        parser.error(f"--tol: expected a number between 0 and 1, got {args.tol}")
     algorithms = COMPARE if args.algorithm == "compare" else [name.strip() for name in args.algorithm.split(",")]
     algorithms = ["native"] + [name for name in dict.fromkeys(algorithms) if name != "native"]
     unknown = [name for name in algorithms if name not in sparsecoll.algorithms()]

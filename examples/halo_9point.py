@@ -79,6 +79,8 @@ def main(argv=None) -> int:
     parser.add_argument("--algorithm", default="cartesian", help="sparsecoll algorithm (or native)")
     parser.add_argument("--open", action="store_true", help="non-periodic grid (zero boundary)")
     args = parser.parse_args(argv)
+    if args.n < 1 or args.iterations < 0:
+        parser.error(f"--n, --iterations: expected at least 1 and 0, got {args.n}, {args.iterations}")
 
     world = MPI.COMM_WORLD
     dims = MPI.Compute_dims(world.Get_size(), 2)

@@ -83,3 +83,13 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
                          text=True, timeout=100, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     assert "sparsecoll.wrap: mpi4py found no MPI library" in run.stdout and "sparsecoll[mpich]" in run.stdout
+
+
+@pytest.mark.parametrize("argv", [["bench", "--np", "0"], ["bench", "--reps", "0"], ["bench", "--sizes", "abc"],
+                                  ["bench", "--sizes=-8"], ["demo", "--np", "-1"], ["demo", "--reps", "0"]])
+def test_bad_counts_stop_before_any_rank_is_launched(argv):
+    """A count out of range is a one-line error naming the option (no traceback, no launch)."""
+    run = run_cli(argv, blocked=())
+    assert run.returncode != 0
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith(f"{argv[0]}: --"), run.stderr

@@ -94,6 +94,9 @@ def _main(args) -> int:
 def run(args) -> int:
     """Run the demo, launching ranks first when not under mpiexec."""
     from .launch import inside_mpi_launch, relaunch
+    for option, value in (("--np", args.np), ("--reps", args.reps)):
+        if value is not None and value < 1:
+            raise SystemExit(f"demo: {option}: expected at least 1, got {value}")
     if not inside_mpi_launch():
         return relaunch(args.np or DEFAULT_RANKS, ["demo", "--reps", str(args.reps)])
     return _main(args)

@@ -87,9 +87,15 @@ def run(args) -> int:
         except (ValueError, OSError) as exc:
             raise SystemExit(f"bench: {exc}") from None
     for option, value, least in (("--reps", args.reps, 1), ("--warmup", args.warmup, 0),
-                                 ("--phase-reps", args.phase_reps, 1)):
-        if value < least:
-            raise ValueError(f"{option}: expected at least {least}, got {value}")
+                                 ("--phase-reps", args.phase_reps, 1), ("--np", args.np, 1)):
+        if value is not None and value < least:
+            raise SystemExit(f"bench: {option}: expected at least {least}, got {value}")
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s]
+    except ValueError:
+        raise SystemExit(f"bench: --sizes: expected comma-separated byte counts, got {args.sizes!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise SystemExit(f"bench: --sizes: expected positive byte counts, got {args.sizes!r}")
     _check_algorithms(args)
     if not inside_mpi_launch():
         return relaunch(args.np or DEFAULT_RANKS, ["bench", *_forwarded(args)])
