@@ -17,12 +17,14 @@ from sparsecoll.runtime.plan import make_plan
 from sparsecoll.runtime.progress import ScheduleRequest
 
 
-def _outstanding():
-    """A started one-stage request (a message to self on COMM_SELF) whose messages complete
-    only when someone waits for them."""
+def _outstanding(one_stage: bool = True):
+    """A started request (a message to self on COMM_SELF) whose messages complete only when
+    someone waits for them: one stage MPI runs alone, or the same stage run by the engine as a
+    multi-step call's (which may post messages after its start)."""
     buffer = numpy.zeros(1, "i4")
     stage = [MPI.COMM_SELF.Recv_init(buffer, 0, 7), MPI.COMM_SELF.Send_init(numpy.ones(1, "i4"), 0, 7)]
-    request = ScheduleRequest(single=stage, persistent=True, keep=(buffer,),
+    request = ScheduleRequest(**({"single": stage} if one_stage else {"program": lambda: [stage]}),
+                              persistent=True, keep=(buffer,),
                               on_free=lambda _: [mpi_request.Free() for mpi_request in stage])
     request.Start()
     return request
@@ -43,13 +45,34 @@ def test_tags_stay_within_the_guaranteed_range():
 def test_a_nonblocking_channel_is_reused_only_after_its_messages_completed():
     channels = Channels(GUARANTEED_TAG_UB)
     first = channels.take_nonblocking()
-    request = _outstanding()
+    request = _outstanding(one_stage=False)
     channels.hold_nonblocking(first, request)
     for _ in range(NONBLOCKING_CHANNELS - 1):
         channels.take_nonblocking()
     assert request._current is not None
     assert channels.take_nonblocking() == first  # the engine waited for the earlier call here
     assert request._current is None
+    request.Wait()
+    request.Free()
+
+
+def test_a_one_stage_call_lends_its_channel_without_waiting():
+    """A call that posted every message at its start never makes a later call wait (its peers may
+    not have started it yet), and still keeps the communicator busy until its owner completes it."""
+    channels = Channels(GUARANTEED_TAG_UB)
+    first = channels.take_nonblocking()
+    request = _outstanding(one_stage=True)
+    channels.hold_nonblocking(first, request)
+    for _ in range(NONBLOCKING_CHANNELS - 1):
+        channels.take_nonblocking()
+    assert channels.take_nonblocking() == first
+    assert request._current is not None  # not waited for
+    released = []
+    channels.when_idle(lambda: released.append(True))
+    assert channels.busy() and not released
+    request.Wait()
+    channels.release_nonblocking(first, request)
+    assert released and not channels.busy()
     request.Free()
 
 

@@ -23,7 +23,7 @@ Every error is a ValueError or TypeError naming the argument.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mpi4py import MPI
 
@@ -57,6 +57,31 @@ class Blocks:
         return (self.address, self.counts, self.displs,
                 tuple(keys[id(t)] if id(t) in keys else keys.setdefault(id(t), datatype_key(t))
                       for t in self.types))
+
+
+def with_own_datatypes(send: Blocks, recv: Blocks) -> tuple:
+    """``(send, recv, duplicates)``: the blocks with each derived datatype replaced by a duplicate
+    of its own (``MPI_Type_dup``, committed as the original), for a call that makes its messages
+    after it returned; the caller frees the duplicates when it is done with them.
+
+    MPI lets a program free a datatype as soon as the call that uses it has started: "any
+    communication that is currently using this datatype will complete normally" (MPI-4.1
+    5.1.10), and mpi4py's ``Free`` turns the program's object into ``MPI_DATATYPE_NULL``.
+    Predefined types are kept; without derived types nothing is duplicated.
+    """
+    duplicates: dict = {}
+
+    def own(datatype):
+        if datatype.is_predefined:
+            return datatype
+        copy = duplicates.get(id(datatype))
+        if copy is None:
+            copy = duplicates[id(datatype)] = datatype.Dup()
+        return copy
+    if all(t.is_predefined for blocks in (send, recv) for t in blocks.types):
+        return send, recv, ()
+    owned = [replace(blocks, types=tuple(own(t) for t in blocks.types)) for blocks in (send, recv)]
+    return owned[0], owned[1], tuple(duplicates.values())
 
 
 def datatype_key(datatype: MPI.Datatype) -> tuple:
@@ -94,8 +119,14 @@ def _is_committed(datatype: MPI.Datatype) -> bool:
     """MPI has no query for this: pack zero elements, which MPI refuses for uncommitted types.
 
     Zero elements need no memory, whatever the datatype's extent. Checked on every call,
-    not cached by handle: MPI reuses the handles of freed types.
+    not cached by handle: MPI reuses the handles of freed types. A type of extent 0 (legal: an
+    empty block, or a type resized to overlay its elements) is taken as committed: mpi4py's
+    ``Pack`` divides the buffer's length by the extent (a SIGFPE), and neither library refuses
+    an uncommitted type in a call that checks it without that division alike (MPICH 5.0.2 takes
+    it in ``Sendrecv``, Open MPI 5.0.11 crashes in ``Pack_size``); MPI itself refuses one later.
     """
+    if datatype.Get_extent()[1] == 0:
+        return True
     try:
         datatype.Pack(_NO_BYTES, _NO_BYTES, 0, MPI.COMM_SELF)
     except MPI.Exception:

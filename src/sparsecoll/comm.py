@@ -332,9 +332,14 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
             runtime = self._sc_runtime = runtime_of(self, self._sc_topology)
         return runtime
 
-    def _sc_prepare(self, collective: str, sendbuf=None, recvbuf=None):
+    def _sc_prepare(self, collective: str, sendbuf=None, recvbuf=None, form: str = "blocking"):
         """What runs ``collective`` (collective the first time on the handle): the runtime's CallPlan,
         or for ``auto`` the collective's dispatch, made from this first call's arguments.
+
+        ``auto`` decides at the first blocking call or persistent init of ``collective``: both may
+        synchronize, as MPI allows. A nonblocking call must return whatever the other ranks do
+        (MPI's nonblocking calls are local) and deciding takes an allreduce, so a nonblocking call
+        before that runs the library's own call (:meth:`_sc_library_until_decided`).
 
         Kept in the wrapper's ``_sc_calls`` as a shortcut; the runtime decides what it is from
         the wrapper's Plan and agreed numbers alone, so a shortcut hit or miss changes nothing.
@@ -357,6 +362,8 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         if exact:  # library calls too are held to the weights
             check = runtime.exact_bytes_check(collective)
             library = {form: levels.checked_method(method, check) for form, method in library.items()}
+        if form == "nonblocking" and not runtime.decided_flag(self._sc_plan, collective)[0]:
+            return self._sc_library_until_decided(collective, library["nonblocking"])
         call = calls[collective] = runtime.auto_dispatch(self._sc_plan, collective, library, sendbuf, recvbuf)
         library_only = call.native_forms()
         for form in library_only:
@@ -374,6 +381,25 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
             elif settled is not None:
                 self.__dict__[name] = settled
         return call
+
+    def _sc_library_until_decided(self, collective: str, library_method):
+        """An ``auto`` nonblocking call made before ``collective`` was decided: the library's own call.
+
+        This wrapper's nonblocking method becomes one that sends calls to the library while the
+        handle's dispatch of ``collective`` does not exist (one list read per call), and to the
+        class's method after (which takes the dispatch); the dispatch's existence, not this
+        wrapper's history, decides, since every rank makes it at the same call."""
+        name = METHOD_NAMES[collective]["nonblocking"]
+        decided = self._sc_attach().decided_flag(self._sc_plan, collective)
+        decided_method = getattr(type(self), name).__get__(self)
+
+        def until_decided(sendbuf, recvbuf):
+            if decided[0]:
+                return decided_method(sendbuf, recvbuf)
+            return library_method(sendbuf, recvbuf)
+        until_decided.__name__, until_decided.__doc__ = decided_method.__name__, decided_method.__doc__
+        self.__dict__[name] = until_decided
+        return _LibraryCall(library_method)
 
     def _sc_check_library_calls(self) -> None:
         """``native`` with ``cdag_exact_byte_communications``: every collective method checks its
@@ -425,7 +451,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         """Nonblocking neighborhood allgather; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_allgather(sendbuf, recvbuf)
-        call = self._sc_calls.get("allgather") or self._sc_prepare("allgather", sendbuf, recvbuf)
+        call = self._sc_calls.get("allgather") or self._sc_prepare("allgather", sendbuf, recvbuf, "nonblocking")
         return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
@@ -446,7 +472,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         """Nonblocking neighborhood allgatherv; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_allgatherv(sendbuf, recvbuf)
-        call = self._sc_calls.get("allgatherv") or self._sc_prepare("allgatherv", sendbuf, recvbuf)
+        call = self._sc_calls.get("allgatherv") or self._sc_prepare("allgatherv", sendbuf, recvbuf, "nonblocking")
         return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
@@ -467,7 +493,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         """Nonblocking neighborhood alltoall; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_alltoall(sendbuf, recvbuf)
-        call = self._sc_calls.get("alltoall") or self._sc_prepare("alltoall", sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoall") or self._sc_prepare("alltoall", sendbuf, recvbuf, "nonblocking")
         return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
@@ -488,7 +514,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         """Nonblocking neighborhood alltoallv; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_alltoallv(sendbuf, recvbuf)
-        call = self._sc_calls.get("alltoallv") or self._sc_prepare("alltoallv", sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoallv") or self._sc_prepare("alltoallv", sendbuf, recvbuf, "nonblocking")
         return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_alltoallv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
@@ -509,7 +535,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         """Nonblocking neighborhood alltoallw; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_alltoallw(sendbuf, recvbuf)
-        call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw", sendbuf, recvbuf)
+        call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw", sendbuf, recvbuf, "nonblocking")
         return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_alltoallw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
@@ -531,7 +557,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         """Nonblocking neighborhood allgatherw; returns a request (Wait/Test/Free)."""
         if self._sc_plan.native:
             return super().Ineighbor_alltoallw(*self._allgatherw_as_alltoallw(sendbuf, recvbuf))
-        call = self._sc_calls.get("allgatherw") or self._sc_prepare("allgatherw", sendbuf, recvbuf)
+        call = self._sc_calls.get("allgatherw") or self._sc_prepare("allgatherw", sendbuf, recvbuf, "nonblocking")
         return call.runtime.nonblocking(call, sendbuf, recvbuf)
 
     def Neighbor_allgatherw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
@@ -549,26 +575,40 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         return [MPI.BOTTOM, [count] * outdegree, [address] * outdegree, [datatype] * outdegree], recvbuf
 
     # -- pickle-based -------------------------------------------------------------------------
+    def _sc_library_objects(self) -> bool:
+        """Whether the object forms (``neighbor_allgather``, ``neighbor_alltoall``) are the library's:
+        for ``native``, and for ``auto`` (the library's two-phase exchange is what it would run)
+        unless the library is known to fail on some rank's neighborhood (collective the first time)."""
+        plan = self._sc_plan
+        return plan.native or (plan.auto and self._sc_attach().library_allowed())
+
+    def _sc_object_call(self, collective: str):
+        """The CallPlan an object form's buffer calls run (``auto``: ``direct``'s)."""
+        if self._sc_plan.auto:
+            return self._sc_attach().call_plan(self._sc_plan.resolved("direct"), collective)
+        return self._sc_prepare(collective)
+
     def neighbor_allgather(self, sendobj):
         """Gather a picklable object from every in-neighbor (None for PROC_NULL)."""
-        if self._sc_plan.native or self._sc_plan.auto:  # auto: the library's, whose two-phase exchange it is
+        if self._sc_library_objects():
             return super().neighbor_allgather(sendobj)
         runtime = self._sc_attach()
         topology = runtime.topology
         data = MPI.pickle.dumps(sendobj)
         sizes = numpy.zeros(topology.indegree, dtype=numpy.int64)
-        runtime.run_uncached(self._sc_prepare("allgather"), [numpy.array([len(data)], dtype=numpy.int64), MPI.INT64_T],
+        runtime.run_uncached(self._sc_object_call("allgather"),
+                             [numpy.array([len(data)], dtype=numpy.int64), MPI.INT64_T],
                              [sizes, MPI.INT64_T])
         received = bytearray(int(sizes.sum()))
         displs = _displacements(sizes)
-        runtime.run_uncached(self._sc_prepare("allgatherv"), [data, MPI.BYTE],
+        runtime.run_uncached(self._sc_object_call("allgatherv"), [data, MPI.BYTE],
                              [received, (sizes.tolist(), displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
                 for s, d, n in zip(topology.sources, displs.tolist(), sizes.tolist())]
 
     def neighbor_alltoall(self, sendobj):
         """Send picklable object k to out-neighbor k; return one object per in-neighbor."""
-        if self._sc_plan.native or self._sc_plan.auto:
+        if self._sc_library_objects():
             return super().neighbor_alltoall(sendobj)
         runtime = self._sc_attach()
         topology = runtime.topology
@@ -582,12 +622,12 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         pickled = [MPI.pickle.dumps(obj) for obj in objects]
         send_sizes = numpy.array([len(p) for p in pickled], dtype=numpy.int64)
         recv_sizes = numpy.zeros(topology.indegree, dtype=numpy.int64)
-        runtime.run_uncached(self._sc_prepare("alltoall"), [send_sizes, MPI.INT64_T], [recv_sizes, MPI.INT64_T])
+        runtime.run_uncached(self._sc_object_call("alltoall"), [send_sizes, MPI.INT64_T], [recv_sizes, MPI.INT64_T])
         data = b"".join(pickled)
         received = bytearray(int(recv_sizes.sum()))
         recv_displs = _displacements(recv_sizes)
         send_displs = _displacements(send_sizes)
-        runtime.run_uncached(self._sc_prepare("alltoallv"),
+        runtime.run_uncached(self._sc_object_call("alltoallv"),
                              [data, (send_sizes.tolist(), send_displs.tolist()), MPI.BYTE],
                              [received, (recv_sizes.tolist(), recv_displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
@@ -688,6 +728,23 @@ class CartNeighborhoodComm(Distgraphcomm):
     def _offset(self, offset) -> tuple:
         (offset,) = check_offsets([offset], self.grid.ndim)
         return offset
+
+
+class _LibraryCall:
+    """A nonblocking call run by the library's own method, in a CallPlan's shape
+    (``call.runtime.nonblocking(call, ...)``)."""
+
+    __slots__ = ("_method",)
+
+    def __init__(self, method):
+        self._method = method
+
+    @property
+    def runtime(self):
+        return self
+
+    def nonblocking(self, _, sendbuf, recvbuf):
+        return self._method(sendbuf, recvbuf)
 
 
 def _library_shortcut(limits: dict, form: str, library_method, method):
@@ -926,6 +983,12 @@ def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarch
     if options:
         raise TypeError(f"options: an intracommunicator takes only {HIERARCHY_OPTIONS}, got {sorted(options)}")
     _check_hierarchy_options(hierarchy_options)
+    mine = levels.key_fingerprint((algorithm, sorted((name, repr(value)) for name, value in hierarchy_options.items())))
+    highest = numpy.empty(2, dtype=numpy.int64)
+    comm.Allreduce(numpy.array([mine, -mine], dtype=numpy.int64), highest, op=MPI.MAX)
+    if highest[0] != -highest[1]:  # every rank sees the same maxima, so every rank raises
+        raise ValueError("algorithm: the ranks gave wrap different algorithms or options; they decide every "
+                         "global collective's messages, so every rank must give the same")
     wrapped = Intracomm(comm)
     wrapped.__dict__.update(_sc_hierarchy_options=hierarchy_options, _sc_global_native=algorithm == "native",
                             _sc_requested=algorithm)

@@ -480,3 +480,186 @@ def test_empty_and_zero_degree_graphs():
         assert objects == expected[id(raw)]
     empty.Free()
     funnel.Free()
+
+
+def _cheap_sparsecoll():
+    """A profile under which sparsecoll's schedules win (auto then runs one, not the library)."""
+    from sparsecoll.model.profile import BUILTIN, Load, Profile
+    base = BUILTIN.loads[0]
+    return Profile((Load(1.0, base.levels, dict.fromkeys(base.sparsecoll_per_call, 0.0), 0.0,
+                         {form: 50 * seconds for form, seconds in base.native_per_call.items()}),))
+
+
+@pytest.mark.timeout(60)  # without the fix: SIGFPE on every rank (mpi4py's Pack divides by the extent)
+@pytest.mark.parametrize("algorithm", ["direct", "common_neighbor", "node_aware", "auto"])
+def test_datatypes_of_extent_zero(algorithm):
+    """Legal types of extent 0 in Neighbor_alltoallw: an empty block (``Create_contiguous(0)``)
+    on one edge, and an int resized to extent 0 sent 3 times (the same int each time) on the
+    other; every form gives what the library's call gives."""
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    left, right = (rank - 1) % size, (rank + 1) % size
+    graph = WORLD.Create_dist_graph_adjacent([left, left], [right, right], reorder=False)
+    empty = MPI.INT.Create_contiguous(0).Commit()
+    same = MPI.INT.Create_resized(0, 0).Commit()
+    send = numpy.arange(4, dtype="i4") + 100 * rank
+    keywords = {"profile": _cheap_sparsecoll()} if algorithm == "auto" else {}
+    comm = sparsecoll.wrap(graph, algorithm, **keywords)
+    try:
+        def arguments(recv):
+            return ([send, ([3, 1], [4, 0]), [same, empty]], [recv, ([3, 1], [8, 0]), [MPI.INT, empty]])
+        expected = numpy.full(6, -1, dtype="i4")
+        graph.Neighbor_alltoallw(*arguments(expected))
+        assert expected.tolist() == [-1, -1] + [100 * left + 1] * 3 + [-1]
+        for form in ("blocking", "nonblocking", "persistent"):
+            recv = numpy.full(6, -1, dtype="i4")
+            if form == "blocking":
+                comm.Neighbor_alltoallw(*arguments(recv))
+            elif form == "nonblocking":
+                comm.Ineighbor_alltoallw(*arguments(recv)).Wait()
+            else:
+                request = comm.Neighbor_alltoallw_init(*arguments(recv))
+                request.Start()
+                request.Wait()
+                request.Free()
+            assert recv.tolist() == expected.tolist(), form
+    finally:
+        comm.Free()  # the wrapper shares the graph's handle: this frees both
+        empty.Free()
+        same.Free()
+
+
+@pytest.mark.timeout(60)  # without the fix: "Invalid datatype" from Wait on every rank
+@pytest.mark.parametrize("collective", ["allgatherv", "alltoallv", "alltoallw"])
+@pytest.mark.parametrize("executor", ["steps", "dag"])
+def test_a_datatype_freed_while_its_nonblocking_call_runs(collective, executor):
+    """MPI-4.1 5.1.10: freeing a datatype right after the nonblocking call that uses it started
+    is legal ("any communication that is currently using this datatype will complete normally").
+    A multi-step v/w call binds its data schedule only once its size pass arrived, after the
+    program freed the type; odd ranks keep their arrays between calls, even ones make new ones."""
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    if size < 2:
+        pytest.skip("node_aware's two sockets need two ranks")
+    sources, destinations = [(rank - 1) % size, (rank - 2) % size], [(rank + 1) % size, (rank + 2) % size]
+    graph = WORLD.Create_dist_graph_adjacent(sources, destinations, reorder=False)
+    comm = sparsecoll.wrap(graph, "node_aware", executor=executor, ranks_per_socket=1, sockets_per_node=2)
+    def start(comm, send, recv, pair):
+        if collective == "alltoallv":
+            return comm.Ineighbor_alltoallv([send, ([1, 1], [0, 2]), pair], [recv, ([1, 1], [2, 0]), pair])
+        if collective == "alltoallw":
+            return comm.Ineighbor_alltoallw([send, ([1, 1], [0, 16]), [pair, pair]],
+                                            [recv, ([1, 1], [16, 0]), [pair, pair]])
+        return comm.Ineighbor_allgatherv([send, 1, pair], [recv, ([1, 1], [2, 0]), pair])
+    try:
+        expected = numpy.full(8, -1, dtype="i4")
+        pair = MPI.INT.Create_contiguous(2).Commit()
+        start(graph, numpy.arange(8, dtype="i4") + 100 * rank, expected, pair).Wait()  # the library's
+        pair.Free()
+        kept = (numpy.arange(8, dtype="i4") + 100 * rank, numpy.full(8, -1, dtype="i4"))
+        results = []
+        for _ in range(3):
+            send, recv = kept if rank % 2 else (numpy.arange(8, dtype="i4") + 100 * rank, numpy.full(8, -1, dtype="i4"))
+            recv[:] = -1
+            pair = MPI.INT.Create_contiguous(2).Commit()
+            request = start(comm, send, recv, pair)
+            pair.Free()
+            request.Wait()
+            results.append(recv.tolist())
+        assert results == [expected.tolist()] * 3, results
+        if size >= 4:  # distinct neighbors: the size pass and the bind come after the call returned
+            assert WORLD.allreduce(comm.plan_stats(collective)["steps"], op=MPI.MAX) > 1
+    finally:
+        comm.Free()  # and the graph, whose handle the wrapper shares
+
+
+@pytest.mark.timeout(60)  # without the fix: rank 0 waited in its call for rank 1's, which waited for rank 0
+@pytest.mark.parametrize("algorithm", ["direct", "auto"])
+@pytest.mark.parametrize("calls", [1, 70])
+def test_nonblocking_calls_return_before_the_peers_start_theirs(algorithm, calls):
+    """MPI's nonblocking calls are local. Rank 0 makes its first nonblocking calls (1, or more
+    than the 64 channels of nonblocking calls) and only then sends rank 1 the message rank 1
+    waits for before making its own; auto then decides at the first blocking call, and its
+    later nonblocking calls run what it decided."""
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    if size < 2:
+        pytest.skip("needs a second rank to wait for the first")
+    left, right = (rank - 1) % size, (rank + 1) % size
+    graph = WORLD.Create_dist_graph_adjacent([left, right], [left, right], reorder=False)
+    keywords = {"profile": _cheap_sparsecoll()} if algorithm == "auto" else {}
+    comm = sparsecoll.wrap(graph, algorithm, **keywords)
+    try:
+        sends = [numpy.array([1000 * rank + k, -1000 * rank - k], dtype="i4") for k in range(calls)]
+        recvs = [numpy.full(2, -9, dtype="i4") for _ in range(calls)]
+        if rank == 1:
+            WORLD.recv(source=0, tag=77)
+        requests = [comm.Ineighbor_alltoall(send, recv) for send, recv in zip(sends, recvs)]
+        if rank == 0:
+            WORLD.send("started", dest=1, tag=77)
+        for request in reversed(requests) if rank % 2 else requests:
+            request.Wait()
+        assert [recv.tolist() for recv in recvs] == [[-1000 * left - k, 1000 * right + k] for k in range(calls)]
+        send, recv = numpy.array([rank, -rank], dtype="i4"), numpy.full(2, -9, dtype="i4")
+        comm.Neighbor_alltoall(send, recv)  # auto decides here
+        comm.Ineighbor_alltoall(send, recv).Wait()
+        assert recv.tolist() == [-left, right]
+        if algorithm == "auto":
+            assert comm.plan_stats("alltoall", form="nonblocking")["algorithm"] == "direct"
+    finally:
+        comm.Free()  # and the graph, whose handle the wrapper shares
+
+
+@pytest.mark.timeout(60)  # without the check: every rank waited in its first call for messages of another schedule
+@pytest.mark.parametrize("case", ["algorithm", "option", "executor", "intracomm"])
+def test_wrap_arguments_that_differ_between_ranks_raise_on_every_rank(ring, case):
+    """``wrap``'s algorithm, options and executor decide every call's messages, so odd ranks giving
+    other ones than even ranks is an error every rank reports at ``wrap`` (before any call)."""
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    if size < 2:
+        pytest.skip("needs ranks that differ")
+    odd = rank % 2 == 1
+    if case == "intracomm":
+        comm, arguments = WORLD.Dup(), {"ranks_per_node": 1 if odd else 2}
+    else:
+        comm = ring
+        arguments = {"algorithm": {"algorithm": "native" if odd else "direct"},
+                     "option": {"algorithm": "direct", "coloring": odd},
+                     "executor": {"algorithm": "direct", "executor": "dag" if odd else "steps"}}[case]
+    try:
+        with pytest.raises(ValueError, match="algorithm: the ranks gave wrap different"):
+            sparsecoll.wrap(comm, **arguments)
+    finally:
+        if case == "intracomm":
+            comm.Free()
+    same = sparsecoll.wrap(ring, "direct", coloring=True)  # equal arguments still wrap
+    recv = numpy.zeros(2)
+    same.Neighbor_allgather(numpy.array([float(rank)]), recv)
+    assert recv.tolist() == [float((rank - 1) % size), float((rank + 1) % size)]
+
+
+@pytest.mark.timeout(60)  # without the fix: Open MPI 5.0.11 segfaulted in its basic component
+def test_auto_object_forms_avoid_a_library_that_fails_on_the_graph():
+    """``auto``'s object forms run the library's own exchange, except where the library is known to
+    fail on some rank's neighborhood: a distributed graph with PROC_NULL neighbors (as
+    ``cart_neighborhood_create`` makes on a non-periodic grid) crashes Open MPI 5.0's."""
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    comm = sparsecoll.cart_neighborhood_create(WORLD, [size], [False], [(1,), (-1,)])
+    try:
+        right = rank + 1 if rank + 1 < size else None
+        left = rank - 1 if rank > 0 else None
+        assert comm.neighbor_allgather(rank) == [left, right]  # offset +1 receives from rank - 1
+        assert comm.neighbor_alltoall([("to+1", rank), ("to-1", rank)]) == [
+            None if left is None else ("to+1", left), None if right is None else ("to-1", right)]
+    finally:
+        comm.Free()
+
+
+@pytest.mark.timeout(60)
+def test_a_collective_the_algorithm_does_not_implement_raises_a_value_error(ring):
+    """distance_halving implements the allgather family only: its first alltoall raises ValueError
+    naming the argument on every rank, before any message (its allgather still runs)."""
+    comm = sparsecoll.wrap(ring, "distance_halving")
+    size = WORLD.Get_size()
+    with pytest.raises(ValueError, match="algorithm: .*does not implement the alltoall family"):
+        comm.Neighbor_alltoall(numpy.zeros(2), numpy.zeros(2))
+    recv = numpy.zeros(2)
+    comm.Neighbor_allgather(numpy.array([float(WORLD.Get_rank())]), recv)
+    assert recv.tolist() == [float((WORLD.Get_rank() - 1) % size), float((WORLD.Get_rank() + 1) % size)]

@@ -24,6 +24,10 @@ class Algorithm:
     runs_library: bool = False
     #: Only differs from ``direct`` where the ranks span several nodes: ``auto`` leaves it out on one node.
     needs_nodes: bool = False
+    #: Whether its Patterns may hold items in transit (a rank passing on another's data). ``False``
+    #: (every item goes straight to its destination, on every rank): v/w calls never need the size
+    #: pass, so the first call needs no agreement on it and stays local.
+    forwards: bool = True
 
     def unsupported_reason(self, topology, family: str) -> str | None:
         """Why this algorithm cannot run ``family`` on ``topology`` (None if it can)."""

@@ -34,4 +34,5 @@ ALGORITHM = Algorithm(
     name="direct",
     summary="one message per edge in one round (sparsecoll's executor, MPI's own pattern)",
     build=build,
+    forwards=False,
 )

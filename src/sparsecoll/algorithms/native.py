@@ -16,4 +16,5 @@ ALGORITHM = Algorithm(
     summary="the MPI library's own Neighbor_* (baseline)",
     build=direct_build,  # the pattern plan_stats reports; calls never run it
     runs_library=True,
+    forwards=False,
 )

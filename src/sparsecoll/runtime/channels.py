@@ -10,10 +10,15 @@ tags must separate are concurrent calls, so:
   order on every rank), the size pass of persistent requests at init included;
 * nonblocking calls cycle through channels ``1..NONBLOCKING_CHANNELS`` in call order (the
   same on every rank); before a call takes a channel, the previous call on it must have
-  completed its messages *on this rank* (the engine waits for it if need be). That
+  completed its messages *on this rank* (the engine waits for it if need be) unless that
+  call posted all its messages when it started (one stage, as ``direct``'s). Either
   suffices: this rank's receives of the new call are posted only after every receive of
-  the old one has matched, and every peer sends the old call's messages on that tag
-  before the new call's, so no message of one call can match a receive of the other;
+  the old one was posted (and, waited for, has matched), every peer posts the old call's
+  sends on that tag before the new call's, and MPI matches the messages of one tag between
+  two ranks in the order they were posted, so no message of one call can match a receive
+  of the other. So one-stage calls never wait here: a rank may start any number of them
+  before its peers start the first (MPI's nonblocking calls are local); a multi-step call
+  may make the 65th call after it wait for its messages, which needs its peers' calls;
 * persistent requests take the channels above, one each, in creation order. A channel
   whose earlier request is still alive on this rank is not reused: creating the request
   fails with an error naming the limit (the communicator's tag range).
@@ -48,13 +53,13 @@ class Channels:
         self._nonblocking_calls = 0
         self._persistent_calls = 0
         self._nonblocking = [None] * (NONBLOCKING_CHANNELS + 1)  # channel -> request of the last call
+        self._outstanding: set = set()  # nonblocking calls not completed by their owner yet
         self._persistent: dict = {}  # channel -> weak reference to its live request
         self._on_idle = None  # what runs once no request uses the channels (see when_idle)
 
     def busy(self) -> bool:
         """Whether a nonblocking call has not been completed by its owner, or a persistent request is alive."""
-        return (any(request is not None for request in self._nonblocking)
-                or any(holder() is not None for holder in self._persistent.values()))
+        return bool(self._outstanding) or any(holder() is not None for holder in self._persistent.values())
 
     def when_idle(self, action) -> None:
         """Run ``action`` now if no request uses the channels, else once the last one is done."""
@@ -70,23 +75,28 @@ class Channels:
             action()
 
     def take_nonblocking(self) -> int:
-        """The channel of the next nonblocking call, once this rank's previous call on it is done."""
+        """The channel of the next nonblocking call, once this rank's previous call on it is done
+        (or posted all its messages at its start)."""
         channel = 1 + self._nonblocking_calls % NONBLOCKING_CHANNELS
         self._nonblocking_calls += 1
         previous = self._nonblocking[channel]
         if previous is not None:
             self._nonblocking[channel] = None
-            wait_for_messages(previous)
+            if not previous.one_stage:
+                wait_for_messages(previous)
         return channel
 
     def hold_nonblocking(self, channel: int, request) -> None:
         """Record the request running on a nonblocking channel."""
         self._nonblocking[channel] = request
+        self._outstanding.add(request)
 
     def release_nonblocking(self, channel: int, request) -> None:
         """The call on ``channel`` was completed by its owner."""
         if self._nonblocking[channel] is request:
             self._nonblocking[channel] = None
+        if request in self._outstanding:
+            self._outstanding.discard(request)
             if self._on_idle is not None:
                 self._released()
 

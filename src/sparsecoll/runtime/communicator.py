@@ -16,11 +16,11 @@ from mpi4py import MPI
 
 from .. import algorithms, execute
 from ..bind import bind, has_transit
-from ..buffers import Blocks, check_regular_blocks, parse_simple, parse_vector, parse_w
+from ..buffers import Blocks, check_regular_blocks, parse_simple, parse_vector, parse_w, with_own_datatypes
 from ..checks import nonnegative_integer
 from ..execute import StepExecutor as Executor  # the size pass and request counts use the default
-from ..model.choice import size_class
-from ..model.profile import FORMS
+from ..model.choice import library_fault, size_class
+from ..model.profile import FORMS, library_name
 from ..pattern import FAMILIES, family_of, stats
 from ..topology import Topology, from_comm
 from . import persistence as levels
@@ -70,6 +70,8 @@ class CommRuntime:
         self._call_plans: dict = {}  # (plan key, rebind, collective) -> CallPlan
         self._family_models: dict = {}  # (auto plan key, family) -> FamilyModel
         self._dispatches: dict = {}  # (auto plan key, rebind, collective) -> AutoDispatch
+        self._decided: dict = {}  # the same key -> [whether its dispatch was made] (see decided_flag)
+        self._library_allowed = None  # see library_allowed
         self._parsed = ParseCache()
         self._layouts = Recent(size=4 * CACHE_SIZE)  # (send key, recv key) -> layout number
         self._layouts_made = 0
@@ -114,8 +116,8 @@ class CommRuntime:
         pattern = self.patterns.get(key)
         if pattern is None:
             reason = algorithms.get(key[0]).unsupported_reason(self.topology, family)
-            if reason is not None:
-                raise NotImplementedError(reason)
+            if reason is not None:  # before any message (wrap refused the topology; a family is per call)
+                raise ValueError(f"algorithm: {reason}")
             start = time.perf_counter()
             pattern = algorithms.build_pattern(key[0], self.topology, self.private, dict(plan.options), family)
             self.build_seconds[key] = time.perf_counter() - start
@@ -186,9 +188,10 @@ class CommRuntime:
 
     # -- persistence levels (:mod:`.persistence`) --------------------------------------------------
     def agree_on_level(self, plan: Plan, given_options: dict) -> Plan:
-        """Check that every rank gave ``plan`` the same info keys (collective: one allreduce) and
-        return the plan to run (under exact bytes, sized by the weights: :meth:`.Plan.sized`)."""
-        return plan.sized(levels.agree(self.private, plan.persistence, self.topology), given_options)
+        """Check that every rank gave ``plan`` the same info keys, algorithm, options and executor
+        (collective: one allreduce) and return the plan to run (under exact bytes, sized by the
+        weights: :meth:`.Plan.sized`)."""
+        return plan.sized(levels.agree(self.private, plan.persistence, self.topology, plan.key), given_options)
 
     def prepare_strict(self, plan: Plan) -> None:
         """``cdag_strict_communication`` at wrap (collective): build what the first calls would.
@@ -240,7 +243,27 @@ class CommRuntime:
                 local = local_class(self, collective, sendbuf, recvbuf)
             dispatch = self._dispatches[key] = AutoDispatch(self, plan, collective, model, native_methods, local,
                                                             by_weights)
+            self.decided_flag(plan, collective)[0] = True
         return dispatch
+
+    def library_allowed(self) -> bool:
+        """Whether no rank's neighborhood is one the MPI library is known to fail on
+        (:func:`~sparsecoll.model.choice.library_fault`); collective the first time (one allreduce),
+        which every rank asks at the same call."""
+        if self._library_allowed is None:
+            faulty = library_fault(self.topology, library_name()) is not None
+            self._library_allowed = not self.private.allreduce(faulty, op=MPI.LOR)
+        return self._library_allowed
+
+    def decided_flag(self, plan: Plan, collective: str) -> list:
+        """A one-item list saying whether an auto plan's ``collective`` has its dispatch on this
+        handle (local; the same object each time, so a wrapper's method can read it per call).
+        Every rank makes the dispatch at the same call, so every rank reads the same at each call."""
+        key = (plan.key, plan.rebind, collective)
+        flag = self._decided.get(key)
+        if flag is None:
+            flag = self._decided[key] = [key in self._dispatches]
+        return flag
 
     def _family_model(self, plan: Plan, family: str) -> FamilyModel:
         """An auto plan's cost model of ``family`` (made collectively the first time)."""
@@ -267,7 +290,8 @@ class CommRuntime:
         key = self._pattern_key(plan, family_of(collective))
         flags = self._size_pass_flags.get(key)
         if flags is None:
-            flags = self._size_pass_flags[key] = self._agree_on_size_pass(pattern)
+            forwards = algorithms.get(plan.algorithm).forwards  # the same on every rank
+            flags = self._size_pass_flags[key] = self._agree_on_size_pass(pattern) if forwards else (False, False)
         vector_needs, regular_needs = flags
         runs = self
         if plan.persistence.exact_bytes:  # its calls are checked against the weights first
@@ -290,7 +314,8 @@ class CommRuntime:
         return prepared
 
     def _agree_on_size_pass(self, pattern) -> tuple:
-        """Whether calls need the size pass, decided together (one allreduce per pattern).
+        """Whether calls need the size pass, decided together (one allreduce per pattern; none
+        for an algorithm that never forwards, whose first call then stays local).
 
         v/w calls need it when any rank stores an item in transit; regular calls only
         when such a rank has no block of its own to take the layout from (no edges at
@@ -513,7 +538,14 @@ class CommRuntime:
         return _request_for(executor, persistent=False, on_complete=done, keep=keep)
 
     def _sized_request(self, call, send, recv, layout, channel, keep) -> ScheduleRequest:
-        """A v/w call that needs the size pass: size pass, bind, data, all advanced by the engine."""
+        """A v/w call that needs the size pass: size pass, bind, data, all advanced by the engine.
+
+        Its data schedule is bound once the sizes arrive, after the call returned: derived
+        datatypes are duplicated first (the program may free its own meanwhile,
+        :func:`~sparsecoll.buffers.with_own_datatypes`), and such a schedule is bound for
+        this call alone (a cached one would outlive the duplicates)."""
+        send, recv, duplicates = with_own_datatypes(send, recv)
+
         def program():
             # an executor whose runs are ordered by call (RMA epochs) reserves its turn now
             reserve = getattr(call.executor, "reserve", None)
@@ -525,13 +557,16 @@ class CommRuntime:
                     sizes = read()
                 finally:
                     sizes_executor.free()
-                if call.rebind:
+                if call.rebind or duplicates:
                     schedule = self.bind(call, send, recv, sizes)
                 else:
                     schedule = self._schedule(call, send, recv, _call_key(call, layout, sizes), sizes)
                 executor = call.executor(self.private, schedule, channel)
                 if ticket is not None and executor.use_ticket(ticket):
                     ticket = None
+            except BaseException:
+                _free_all(duplicates)
+                raise
             finally:
                 if ticket is not None:
                     call.executor.release(ticket)
@@ -539,6 +574,7 @@ class CommRuntime:
                 yield from executor.steps
             finally:
                 executor.free()
+                _free_all(duplicates)
 
         channels = self.channels
         return ScheduleRequest(program, persistent=False, keep=keep,
@@ -611,6 +647,12 @@ class CommRuntime:
         self._exact_checks.clear()
         if self.private != MPI.COMM_NULL:
             self.private.Free()
+
+
+def _free_all(datatypes) -> None:
+    """Free the datatypes sparsecoll made for itself."""
+    for datatype in datatypes:
+        datatype.Free()
 
 
 def _call_key(call: CallPlan, layout: int, sizes) -> tuple:

@@ -25,6 +25,7 @@ buys a plan (what ``plan_stats`` reports). What each level enables is described 
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy
@@ -115,21 +116,31 @@ def is_weighted(topology) -> bool:
     return topology.source_weights is not None and topology.dest_weights is not None
 
 
-def agree(private: MPI.Comm, persistence: Persistence, topology) -> int | None:
-    """Check, with one allreduce over ``private``, that every rank gave the same level (collective).
+def key_fingerprint(key: tuple) -> int:
+    """A number for a key of values (a Plan's ``key``, a wrapper's options) that is the same on
+    every rank holding an equal key: ranks compare keys by one allreduce of it."""
+    return zlib.crc32(repr(key).encode())
+
+
+def agree(private: MPI.Comm, persistence: Persistence, topology, plan_key: tuple = ()) -> int | None:
+    """Check, with one allreduce over ``private``, that every rank gave the same level and the
+    same ``plan_key`` (the algorithm, options and executor: :attr:`~sparsecoll.runtime.plan.Plan.key`),
+    collectively.
 
     A key set to "false" counts as not given (the level is what matters). If the ranks differ,
-    every rank raises ValueError naming the keys that differ; if ``cdag_exact_byte_communications``
-    is set and some rank's topology has no weights, every rank raises ValueError naming the key.
-    Either way no other message was sent. Returns, under exact bytes, the largest out-edge
-    weight over all ranks (the largest block of any call), else None.
+    every rank raises ValueError naming the keys that differ (or saying the algorithm, options or
+    executor differ: ranks running different schedules would wait for each other's messages);
+    if ``cdag_exact_byte_communications`` is set and some rank's topology has no weights, every
+    rank raises ValueError naming the key. Either way no other message was sent. Returns, under
+    exact bytes, the largest out-edge weight over all ranks (the largest block of any call), else None.
     """
     flags = numpy.array(persistence.flags(), dtype=numpy.int64)
     weighted = is_weighted(topology)
     unweighted = int(persistence.exact_bytes and not weighted)
     largest = max((w for d, w in zip(topology.destinations, topology.dest_weights or ()) if d != PROC_NULL),
                   default=0) if persistence.exact_bytes and weighted else 0
-    local = numpy.concatenate([flags, -flags, [unweighted, largest]])
+    plan = key_fingerprint(plan_key)
+    local = numpy.concatenate([flags, -flags, [unweighted, largest, plan, -plan]])
     agreed = numpy.empty_like(local)
     private.Allreduce(local, agreed, op=MPI.MAX)
     count = len(KEYS)
@@ -138,6 +149,10 @@ def agree(private: MPI.Comm, persistence: Persistence, topology) -> int | None:
     if differ:
         raise ValueError(f"info: the ranks gave different values of {', '.join(differ)}; info keys are "
                          f"collective: every rank must give the same set")
+    if agreed[-2] != -agreed[-1]:
+        raise ValueError("algorithm: the ranks gave wrap different algorithms, options or executors; they "
+                         "decide every call's messages, so every rank must give the same")
+    agreed = agreed[:-2]
     if agreed[-2]:
         raise ValueError(f"{EXACT_BYTES}: the topology has no edge weights on some rank; the key says the "
                          f"weights are the exact bytes per edge, so it needs a weighted distributed graph")

@@ -257,6 +257,11 @@ class ScheduleRequest:
         self._on_free = on_free
         self._keep = keep
 
+    @property
+    def one_stage(self) -> bool:
+        """Whether every message of a run is posted when it starts (one list stage, no engine)."""
+        return self._single is not None
+
     # -- the engine's side (lock held) ------------------------------------------------
     def _advance(self) -> None:
         """Start the next stages while the current one has completed."""
