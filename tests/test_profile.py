@@ -265,11 +265,13 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
                 stencil[("native", family, "persistent", block)] = (
                     cost.fixed[FORMS.index("persistent")] + cost.by_class[choice.size_class(block)]
                     + cost.per_byte * block, patterns["native"])
-        if family == "alltoall":  # the RMA executor's twin of direct's persistent request
-            seconds = choice.rma_cost(choice.pattern_cost(patterns["direct"], truth), truth.rma).seconds()
-            for block in (small, large):
-                stencil[("direct[rma]", family, "persistent", block)] = (
-                    float(seconds[FORMS.index("persistent"), choice.size_class(block)]), patterns["direct"])
+        if family == "alltoall":  # the RMA executor's twin of direct's persistent request, and its step twin
+            steps = choice.pattern_cost(patterns["direct"], truth)
+            for name, seconds in (("direct[rma]", choice.rma_cost(steps, truth.rma).seconds()),
+                                  ("direct[steps]", steps.seconds())):
+                for block in (small, large):
+                    stencil[(name, family, "persistent", block)] = (
+                        float(seconds[FORMS.index("persistent"), choice.size_class(block)]), patterns["direct"])
     fitted = fit_profile_load(times, 1.0, "socket", 0.1e-9, alpha + 2 * overhead + small * beta, BUILTIN.loads[0],
                               stencil)
     assert fitted.levels["socket"]["overhead"] == pytest.approx(overhead)

@@ -448,13 +448,14 @@ def fit_rma(stencil: dict, load) -> dict | None:
     from .choice import CLASS_BYTES, pattern_cost, size_class
 
     small, large = PROFILE_SMALL, PROFILE_LARGE
-    keys = [(name, "alltoall", "persistent", block) for name in ("direct[rma]", "direct") for block in (small, large)]
+    keys = [(name, "alltoall", "persistent", block) for name in ("direct[rma]", "direct[steps]")
+            for block in (small, large)]
     if not all(key in stencil for key in keys):
         return None
-    pattern = stencil[("direct", "alltoall", "persistent", small)][1]
+    pattern = stencil[("direct[steps]", "alltoall", "persistent", small)][1]
     cost = pattern_cost(pattern, load)
     gaps = [stencil[("direct[rma]", "alltoall", "persistent", block)][0]
-            - stencil[("direct", "alltoall", "persistent", block)][0] for block in (small, large)]
+            - stencil[("direct[steps]", "alltoall", "persistent", block)][0] for block in (small, large)]
     spread = cost.per_byte * (CLASS_BYTES[size_class(large)] - CLASS_BYTES[size_class(small)])
     factor = min(max(1.0 + (gaps[1] - gaps[0]) / spread, 0.01), 100.0) if spread > 0 else 1.0
     small_bytes = CLASS_BYTES[size_class(small)]
