@@ -42,13 +42,19 @@ def test_tags_stay_within_the_guaranteed_range():
     assert Channels(None).tag_ub == GUARANTEED_TAG_UB  # an attribute MPI did not give
 
 
-def test_a_nonblocking_channel_is_reused_only_after_its_messages_completed():
+def _channels_one_cycle_after(request):
+    """Channels whose first nonblocking call is ``request``, taken round once more up to that channel."""
     channels = Channels(GUARANTEED_TAG_UB)
     first = channels.take_nonblocking()
-    request = _outstanding(one_stage=False)
     channels.hold_nonblocking(first, request)
     for _ in range(NONBLOCKING_CHANNELS - 1):
         channels.take_nonblocking()
+    return channels, first
+
+
+def test_a_nonblocking_channel_is_reused_only_after_its_messages_completed():
+    request = _outstanding(one_stage=False)
+    channels, first = _channels_one_cycle_after(request)
     assert request._current is not None
     assert channels.take_nonblocking() == first  # the engine waited for the earlier call here
     assert request._current is None
@@ -59,12 +65,8 @@ def test_a_nonblocking_channel_is_reused_only_after_its_messages_completed():
 def test_a_one_stage_call_lends_its_channel_without_waiting():
     """A call that posted every message at its start never makes a later call wait (its peers may
     not have started it yet), and still keeps the communicator busy until its owner completes it."""
-    channels = Channels(GUARANTEED_TAG_UB)
-    first = channels.take_nonblocking()
     request = _outstanding(one_stage=True)
-    channels.hold_nonblocking(first, request)
-    for _ in range(NONBLOCKING_CHANNELS - 1):
-        channels.take_nonblocking()
+    channels, first = _channels_one_cycle_after(request)
     assert channels.take_nonblocking() == first
     assert request._current is not None  # not waited for
     released = []
