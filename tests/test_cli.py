@@ -85,11 +85,15 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     assert "sparsecoll.wrap: mpi4py found no MPI library" in run.stdout and "sparsecoll[mpich]" in run.stdout
 
 
-@pytest.mark.parametrize("argv", [["bench", "--np", "0"], ["bench", "--reps", "0"], ["bench", "--sizes", "abc"],
-                                  ["bench", "--sizes=-8"], ["demo", "--np", "-1"], ["demo", "--reps", "0"]])
-def test_bad_counts_stop_before_any_rank_is_launched(argv):
-    """A count out of range is a one-line error naming the option (no traceback, no launch)."""
+@pytest.mark.parametrize("argv, named", [
+    (["bench", "--np", "0"], "--np"), (["bench", "--reps", "0"], "--reps"), (["bench", "--sizes", "abc"], "--sizes"),
+    (["bench", "--sizes=-8"], "--sizes"), (["demo", "--np", "-1"], "--np"), (["demo", "--reps", "0"], "--reps"),
+    (["simulate", "--ranks", "0"], "--ranks"), (["simulate", "--sizes", "abc"], "--sizes"),
+    (["simulate", "--sizes=-4"], "--sizes"), (["simulate", "--placement", "abc"], "placement"),
+    (["simulate", "--algorithms", "auto"], "--algorithms")])
+def test_bad_options_stop_with_one_line_before_any_work(argv, named):
+    """An option out of range is a one-line error naming it (no traceback, no launch)."""
     run = run_cli(argv, blocked=())
     assert run.returncode != 0
     assert "Traceback" not in run.stderr, run.stderr
-    assert run.stderr.strip().splitlines()[-1].startswith(f"{argv[0]}: --"), run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith(f"{argv[0]}: {named}"), run.stderr

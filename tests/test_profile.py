@@ -79,6 +79,10 @@ def test_one_combined_factor_stands_for_both_families(tmp_path):
     (lambda d: d["loads"][1]["levels"]["socket"].__setitem__("rendezvous", -1e-6), "loads[1].levels.socket.rendezvous"),
     (lambda d: d["loads"][0]["levels"]["node"].__setitem__("rendezvous_step", "slow"),
      "loads[0].levels.node.rendezvous_step"),
+    (lambda d: d["loads"][0]["levels"]["socket"].__setitem__("beta", 1e308), "loads[0].levels.socket.beta"),
+    (lambda d: d["loads"][0].__setitem__("ranks_per_node", 10 ** 400), "loads[0].ranks_per_node"),
+    (lambda d: d["loads"][0]["native"]["per_call"].__setitem__("blocking", 10 ** 400),
+     "loads[0].native.per_call.blocking"),
 ])
 def test_bad_profiles_name_the_file_and_the_key(tmp_path, edit, key):
     data = builtin_json()
@@ -106,6 +110,11 @@ def test_files_that_are_not_profiles(tmp_path):
     bad.write_text("{")
     with pytest.raises(ProfileError, match="not JSON"):
         Profile.load(bad)
+    encoded = tmp_path / "utf16.json"
+    encoded.write_text(json.dumps(builtin_json()), encoding="utf-16")
+    with pytest.raises(ProfileError, match="not JSON") as caught:
+        Profile.load(encoded)
+    assert str(encoded) in str(caught.value)
     with pytest.raises(TypeError, match="profile"):
         resolve(42)
 
@@ -434,6 +443,14 @@ def test_auto_never_runs_a_library_call_known_to_be_wrong():
     shape = (3, choice.CLASSES)
     seconds = {"native": numpy.full(shape, 1.0), "direct": numpy.full(shape, 5.0)}
     assert {name for row in choice.decide(seconds, native_allowed=False) for name in row} == {"direct"}
+    # before auto decides (a nonblocking call cannot agree): only what every rank knows alone counts
+    local = choice.local_nonblocking_library_fault
+    assert "ompi#14430" in local(ring_of_two, "Open MPI 5.0")  # a periodic dimension of 2: every rank
+    assert local(ring_of_two, "MPICH 5.0") is None
+    assert local(with_hole, "Open MPI 5.0") is None  # its crash is in the blocking calls alone
+    corner = graph_topology(0, 4, [PROC_NULL, 2, PROC_NULL, 1], [PROC_NULL, 2, PROC_NULL, 1], kind=CART)
+    assert choice.library_fault(corner, "Open MPI 5.0") is not None  # PROC_NULL twice: corner ranks only
+    assert local(corner, "Open MPI 5.0") is None
 
 
 def test_library_version_drops_the_nul_open_mpi_ends_it_with(monkeypatch):

@@ -363,7 +363,8 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
             check = runtime.exact_bytes_check(collective)
             library = {form: levels.checked_method(method, check) for form, method in library.items()}
         if form == "nonblocking" and not runtime.decided_flag(self._sc_plan, collective)[0]:
-            return self._sc_library_until_decided(collective, library["nonblocking"])
+            method = runtime.before_decision(self._sc_plan, collective, library["nonblocking"])
+            return self._sc_library_until_decided(collective, method)
         call = calls[collective] = runtime.auto_dispatch(self._sc_plan, collective, library, sendbuf, recvbuf)
         library_only = call.native_forms()
         for form in library_only:
@@ -383,7 +384,8 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         return call
 
     def _sc_library_until_decided(self, collective: str, library_method):
-        """An ``auto`` nonblocking call made before ``collective`` was decided: the library's own call.
+        """An ``auto`` nonblocking call made before ``collective`` was decided: the library's own call
+        (``library_method``; ``direct``'s where the library fails: :meth:`.CommRuntime.before_decision`).
 
         This wrapper's nonblocking method becomes one that sends calls to the library while the
         handle's dispatch of ``collective`` does not exist (one list read per call), and to the

@@ -75,12 +75,15 @@ def _alltoallv_buffers():
 
 
 def _no_message_left(comm) -> None:
-    """Nothing of sparsecoll's is waiting on the handle's private communicator (after a barrier)."""
+    """Nothing of sparsecoll's is waiting on the handle's private communicator (between two
+    barriers: without the second, a rank leaving the first may already send its next call's
+    messages, a ``direct`` first call agreeing on nothing, before a slower rank probes)."""
     private = comm.runtime.private
     private.Barrier()
     status = MPI.Status()
-    assert not private.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status), (
-        f"a message from rank {status.Get_source()} with tag {status.Get_tag()} waits on rank {RANK}")
+    waiting = private.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+    private.Barrier()
+    assert not waiting, f"a message from rank {status.Get_source()} with tag {status.Get_tag()} waits on rank {RANK}"
 
 
 # -- parsing and agreement ---------------------------------------------------------------------------

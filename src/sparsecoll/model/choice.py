@@ -334,6 +334,25 @@ def decide(seconds: dict, native_allowed: bool = True) -> list:
     return result
 
 
+def local_nonblocking_library_fault(topology, library: str) -> str | None:
+    """Why the library's own *nonblocking* call gives wrong results here, where every rank knows
+    it without asking the others (None otherwise): a call that must stay local cannot agree.
+
+    Open MPI's crash on a graph with a PROC_NULL neighbor is in its blocking calls alone (the
+    nonblocking ones deliver); its wrong matching of repeated Cartesian neighbors (ompi#14430)
+    hits the nonblocking calls, and a Cartesian communicator repeats a real neighbor exactly
+    where a periodic dimension has 1 or 2 ranks, which is the same on every rank."""
+    from ..topology import CART, PROC_NULL
+    if not library.startswith("Open MPI") or topology.kind != CART:
+        return None
+    real = [rank for rank in (*topology.sources, *topology.destinations) if rank != PROC_NULL]
+    sources = [rank for rank in topology.sources if rank != PROC_NULL]
+    destinations = [rank for rank in topology.destinations if rank != PROC_NULL]
+    if real and (len(set(sources)) < len(sources) or len(set(destinations)) < len(destinations)):
+        return library_fault(topology, library)
+    return None
+
+
 def library_fault(topology, library: str) -> str | None:
     """Why the MPI library's own collective gives wrong results on this rank's neighborhood (None
     if it is not known to): the faults the README lists that ``auto`` must not run into."""

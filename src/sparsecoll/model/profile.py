@@ -63,6 +63,12 @@ OPTIONAL_LEVEL_FIELDS = {"rendezvous": 0.0, "rendezvous_step": 0.0}
 FORMS = ("blocking", "nonblocking", "persistent")
 
 
+#: The largest size of any value a profile holds: far above any time in seconds, per byte, factor
+#: or rank count a machine gives, and small enough that the model's products stay finite (a
+#: per-byte cost of 1e308 made its predictions NaN).
+LARGEST_VALUE = 1e6
+
+
 class ProfileError(ValueError):
     """A profile file that cannot be used; the message names the file and the key."""
 
@@ -177,7 +183,7 @@ class Profile:
                 data = json.load(f)
         except OSError as error:
             raise ProfileError(f"{path}: cannot read the profile: {error.strerror}") from None
-        except json.JSONDecodeError as error:
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise ProfileError(f"{path}: not JSON: {error}") from None
         return cls.from_json(data, path)
 
@@ -207,6 +213,8 @@ class _Reader:
         key = f"{prefix}.{name}"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.fail(key, f"expected a number, got {value!r}")
+        if abs(value) > LARGEST_VALUE:  # (an int too large for a float included)
+            self.fail(key, f"expected at most {LARGEST_VALUE:g} in size, got {value!r}")
         if not math.isfinite(value) or (value < 0 and not signed):
             self.fail(key, f"expected a finite {'' if signed else 'non-negative '}number, got {value!r}")
         return float(value)
@@ -251,7 +259,7 @@ class _Reader:
         ranks_per_node = None
         if "ranks_per_node" in entry:
             ranks_per_node = entry["ranks_per_node"]
-            if not is_integer(ranks_per_node) or ranks_per_node < 1:
+            if not is_integer(ranks_per_node) or not 1 <= ranks_per_node <= LARGEST_VALUE:
                 self.fail(f"{key}.ranks_per_node", f"expected a positive integer, got {ranks_per_node!r}")
         return Load(ranks_per_core, checked, self.per_form(ours, f"{key}.sparsecoll"),
                     self.number(ours, "per_step", f"{key}.sparsecoll"), self.per_form(library, f"{key}.native"),

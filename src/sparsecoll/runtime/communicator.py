@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ctypes
 import time
+from dataclasses import replace
+from functools import partial
 from operator import methodcaller
 
 import numpy
@@ -19,7 +21,7 @@ from ..bind import bind, has_transit
 from ..buffers import Blocks, check_regular_blocks, parse_simple, parse_vector, parse_w, with_own_datatypes
 from ..checks import nonnegative_integer
 from ..execute import StepExecutor as Executor  # the size pass and request counts use the default
-from ..model.choice import library_fault, size_class
+from ..model.choice import library_fault, local_nonblocking_library_fault, size_class
 from ..model.profile import FORMS, library_name
 from ..pattern import FAMILIES, family_of, stats
 from ..topology import Topology, from_comm
@@ -245,6 +247,17 @@ class CommRuntime:
                                                             by_weights)
             self.decided_flag(plan, collective)[0] = True
         return dispatch
+
+    def before_decision(self, plan: Plan, collective: str, library_method):
+        """What an auto plan's nonblocking calls of ``collective`` run before its dispatch exists
+        (local: a nonblocking call cannot agree with the other ranks): ``library_method``, or
+        ``direct``'s call (whose first call agrees on nothing) where the library's nonblocking
+        call is known to fail here, which every rank knows alone
+        (:func:`~sparsecoll.model.choice.local_nonblocking_library_fault`)."""
+        if local_nonblocking_library_fault(self.topology, library_name()) is None:
+            return library_method
+        direct = self.call_plan(replace(plan.resolved("direct"), executor=execute.DEFAULT_EXECUTOR), collective)
+        return partial(direct.runtime.nonblocking, direct)
 
     def library_allowed(self) -> bool:
         """Whether no rank's neighborhood is one the MPI library is known to fail on

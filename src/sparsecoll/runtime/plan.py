@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 from .. import algorithms, execute
 from ..model.choice import split_candidate
-from ..model.params import with_loggp_file
+from ..model.params import LOGGP_FILE_OPTION, with_loggp_file
 from ..model.profile import BUILTIN, Profile
 from ..model.profile import resolve as resolve_profile
 from ..topology.cartesian import GRID_OPTION
@@ -21,7 +21,8 @@ class Plan:
 
     ``key`` identifies everything that shapes the messages, by value, so it is the same
     on every rank: the algorithm, every option but ``grid`` (which only shapes the
-    handle's Topology, kept by the runtime), the executor, whether
+    handle's Topology, kept by the runtime) and ``loggp`` (a file's path, which each rank may
+    give its own copy of: the L, o and G read from it are options), the executor, whether
     ``cdag_exact_byte_communications`` is set (it changes auto's choice and puts a check
     on every call), for ``auto``, whether ``cdag_static_buffers`` is (auto then also
     considers the RMA executor), and the executor's options. ``profile`` and ``verify_choice`` are ``auto``'s
@@ -43,7 +44,8 @@ class Plan:
     native: bool = field(init=False)
 
     def __post_init__(self):
-        shaping = tuple((name, repr(value)) for name, value in sorted(self.options.items()) if name != GRID_OPTION)
+        shaping = tuple((name, repr(value)) for name, value in sorted(self.options.items())
+                        if name not in (GRID_OPTION, LOGGP_FILE_OPTION))
         executing = tuple(sorted(self.executor_options.items()))
         object.__setattr__(self, "key", (self.algorithm, shaping, self.executor, self.persistence.exact_bytes,
                                          self.persistence.static_buffers and self.auto, executing))

@@ -127,20 +127,30 @@ def run(args) -> int:
     from sparsecoll.topology import specs
 
     try:
+        if args.ranks < 1:
+            raise ValueError(f"--ranks: expected at least 1, got {args.ranks}")
         specs.parse(args.topology, graph=True)
+        try:
+            sizes = [int(s) for s in args.sizes.split(",")]
+        except ValueError:
+            raise ValueError(f"--sizes: expected comma-separated byte counts, got {args.sizes!r}") from None
+        if min(sizes) < 1:
+            raise ValueError(f"--sizes: expected positive byte counts, got {args.sizes!r}")
+        placement = Placement.parse(args.placement) if args.placement else None
     except (ValueError, OSError) as exc:
         raise SystemExit(f"simulate: {exc}") from None
     machine, where = load_machine(args.params)
-    placement = Placement.parse(args.placement) if args.placement else None
     if args.nic and placement is None:
         raise SystemExit("simulate: --nic needs --placement")
-    sizes = [int(s) for s in args.sizes.split(",")]
     names = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     executions = [e.strip() for e in args.execution.split(",") if e.strip()]
     try:
-        from sparsecoll.algorithms import check_options, parse_variant
+        from sparsecoll.algorithms import AUTO, check_options, parse_variant
         from sparsecoll.model.evaluate import EXECUTIONS
         for name in names:
+            if parse_variant(name)[0] == AUTO:
+                raise ValueError("--algorithms: 'auto' chooses per call on a live communicator; name the algorithms "
+                                 "to simulate")
             check_options(*parse_variant(name), args.ranks)
         if not executions or any(e not in EXECUTIONS for e in executions):
             raise ValueError(f"--execution: expected a comma list of {', '.join(EXECUTIONS)}, got {args.execution!r}")
