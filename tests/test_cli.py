@@ -90,7 +90,9 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["bench", "--sizes=-8"], "--sizes"), (["demo", "--np", "-1"], "--np"), (["demo", "--reps", "0"], "--reps"),
     (["simulate", "--ranks", "0"], "--ranks"), (["simulate", "--sizes", "abc"], "--sizes"),
     (["simulate", "--sizes=-4"], "--sizes"), (["simulate", "--placement", "abc"], "placement"),
-    (["simulate", "--algorithms", "auto"], "--algorithms")])
+    (["simulate", "--algorithms", "auto"], "--algorithms"), (["calibrate", "--sizes", "abc"], "--sizes"),
+    (["calibrate", "--bursts", "0"], "--bursts"), (["calibrate", "--model", "hockney", "--sizes", "8"], "--sizes"),
+    (["calibrate", "--out", "/"], "--out")])
 def test_bad_options_stop_with_one_line_before_any_work(argv, named):
     """An option out of range is a one-line error naming it (no traceback, no launch)."""
     run = run_cli(argv, blocked=())

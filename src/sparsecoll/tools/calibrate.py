@@ -219,6 +219,18 @@ def run(args) -> int:
         args.reps = PROFILE_REPS if args.model == "profile" else PARAMETER_REPS
     if args.reps < 1:
         raise SystemExit(f"calibrate: --reps expects at least 1, got {args.reps}")
+    for option, text in (("--sizes", args.sizes), ("--bursts", args.bursts)):
+        try:
+            values = [int(value) for value in text.split(",")]
+        except ValueError:
+            raise SystemExit(f"calibrate: {option} expects comma-separated integers, got {text!r}") from None
+        least = 0 if option == "--sizes" else 1
+        if min(values) < least:
+            raise SystemExit(f"calibrate: {option} expects values of at least {least}, got {text!r}")
+    if args.model == "hockney" and len(set(args.sizes.split(","))) < 2:
+        raise SystemExit(f"calibrate: --sizes: the hockney fit needs two different sizes, got {args.sizes!r}")
+    if args.out is not None and os.path.isdir(args.out):
+        raise SystemExit(f"calibrate: --out names a directory: {args.out}")
     if not inside_mpi_launch():
         out = ["--out", args.out] if args.out else []
         return relaunch(args.np, ["calibrate", *out, "--sizes", args.sizes, "--reps", str(args.reps),
