@@ -985,10 +985,7 @@ def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarch
     if options:
         raise TypeError(f"options: an intracommunicator takes only {HIERARCHY_OPTIONS}, got {sorted(options)}")
     _check_hierarchy_options(hierarchy_options)
-    mine = levels.key_fingerprint((algorithm, sorted((name, repr(value)) for name, value in hierarchy_options.items())))
-    highest = numpy.empty(2, dtype=numpy.int64)
-    comm.Allreduce(numpy.array([mine, -mine], dtype=numpy.int64), highest, op=MPI.MAX)
-    if highest[0] != -highest[1]:  # every rank sees the same maxima, so every rank raises
+    if levels.key_differs(comm, (algorithm, sorted((name, repr(value)) for name, value in hierarchy_options.items()))):
         raise ValueError("algorithm: the ranks gave wrap different algorithms or options; they decide every "
                          "global collective's messages, so every rank must give the same")
     wrapped = Intracomm(comm)

@@ -345,10 +345,9 @@ def local_nonblocking_library_fault(topology, library: str) -> str | None:
     from ..topology import CART, PROC_NULL
     if not library.startswith("Open MPI") or topology.kind != CART:
         return None
-    real = [rank for rank in (*topology.sources, *topology.destinations) if rank != PROC_NULL]
     sources = [rank for rank in topology.sources if rank != PROC_NULL]
     destinations = [rank for rank in topology.destinations if rank != PROC_NULL]
-    if real and (len(set(sources)) < len(sources) or len(set(destinations)) < len(destinations)):
+    if len(set(sources)) < len(sources) or len(set(destinations)) < len(destinations):
         return library_fault(topology, library)
     return None
 

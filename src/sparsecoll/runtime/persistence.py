@@ -122,6 +122,15 @@ def key_fingerprint(key: tuple) -> int:
     return zlib.crc32(repr(key).encode())
 
 
+def key_differs(comm: MPI.Comm, key: tuple) -> bool:
+    """Whether some rank of ``comm`` holds another ``key`` than this rank (collective: one allreduce;
+    every rank gets the same answer)."""
+    mine = key_fingerprint(key)
+    highest = numpy.empty(2, dtype=numpy.int64)
+    comm.Allreduce(numpy.array([mine, -mine], dtype=numpy.int64), highest, op=MPI.MAX)
+    return bool(highest[0] != -highest[1])
+
+
 def agree(private: MPI.Comm, persistence: Persistence, topology, plan_key: tuple = ()) -> int | None:
     """Check, with one allreduce over ``private``, that every rank gave the same level and the
     same ``plan_key`` (the algorithm, options and executor: :attr:`~sparsecoll.runtime.plan.Plan.key`),
@@ -149,14 +158,14 @@ def agree(private: MPI.Comm, persistence: Persistence, topology, plan_key: tuple
     if differ:
         raise ValueError(f"info: the ranks gave different values of {', '.join(differ)}; info keys are "
                          f"collective: every rank must give the same set")
-    if agreed[-2] != -agreed[-1]:
+    some_unweighted, largest_over_ranks, plan_highest, plan_lowest = agreed[2 * count:]
+    if plan_highest != -plan_lowest:
         raise ValueError("algorithm: the ranks gave wrap different algorithms, options or executors; they "
                          "decide every call's messages, so every rank must give the same")
-    agreed = agreed[:-2]
-    if agreed[-2]:
+    if some_unweighted:
         raise ValueError(f"{EXACT_BYTES}: the topology has no edge weights on some rank; the key says the "
                          f"weights are the exact bytes per edge, so it needs a weighted distributed graph")
-    return int(agreed[-1]) if persistence.exact_bytes else None
+    return int(largest_over_ranks) if persistence.exact_bytes else None
 
 
 class ExactBytesCheck:
