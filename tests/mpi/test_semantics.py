@@ -266,6 +266,14 @@ def test_requests_answer_as_mpi4py_requests(ring, algorithm):
         wrapped.Free()
 
 
+def _cheap_sparsecoll():
+    """A profile under which sparsecoll's schedules win (auto then runs one, not the library)."""
+    from sparsecoll.model.profile import BUILTIN, Load, Profile
+    base = BUILTIN.loads[0]
+    return Profile((Load(1.0, base.levels, dict.fromkeys(base.sparsecoll_per_call, 0.0), 0.0,
+                         {form: 50 * seconds for form, seconds in base.native_per_call.items()}),))
+
+
 @pytest.mark.timeout(60)  # without the fix the ranks that kept their buffers raised, the others waited
 @pytest.mark.parametrize("algorithm", ["direct", "common_neighbor", "auto"])
 def test_a_datatype_made_and_freed_around_each_call(ring, algorithm):
@@ -274,12 +282,8 @@ def test_a_datatype_made_and_freed_around_each_call(ring, algorithm):
     handle, size and extents) and its executor read the freed type's size: 'Invalid datatype'
     at the second nonblocking call. Ranks differ: odd ranks keep their buffers, even ones
     make new ones each call; a persistent request outlives its type."""
-    from sparsecoll.model.profile import BUILTIN, Load, Profile
     rank, size = WORLD.Get_rank(), WORLD.Get_size()
-    base = BUILTIN.loads[0]  # auto: a profile under which sparsecoll's schedules win
-    cheap = Profile((Load(1.0, base.levels, dict.fromkeys(base.sparsecoll_per_call, 0.0), 0.0,
-                          {form: 50 * seconds for form, seconds in base.native_per_call.items()}),))
-    comm = sparsecoll.wrap(ring, algorithm, **({"profile": cheap} if algorithm == "auto" else {}))
+    comm = sparsecoll.wrap(ring, algorithm, **({"profile": _cheap_sparsecoll()} if algorithm == "auto" else {}))
     left, right = (rank - 1) % size, (rank + 1) % size
     expected = [10 * left + 2, 10 * left + 3, 10 * right, 10 * right + 1]  # block k of neighbor k's
     kept = (numpy.arange(4.0) + 10 * rank, numpy.zeros(4))
@@ -482,14 +486,6 @@ def test_empty_and_zero_degree_graphs():
     funnel.Free()
 
 
-def _cheap_sparsecoll():
-    """A profile under which sparsecoll's schedules win (auto then runs one, not the library)."""
-    from sparsecoll.model.profile import BUILTIN, Load, Profile
-    base = BUILTIN.loads[0]
-    return Profile((Load(1.0, base.levels, dict.fromkeys(base.sparsecoll_per_call, 0.0), 0.0,
-                         {form: 50 * seconds for form, seconds in base.native_per_call.items()}),))
-
-
 @pytest.mark.timeout(60)  # without the fix: SIGFPE on every rank (mpi4py's Pack divides by the extent)
 @pytest.mark.parametrize("algorithm", ["direct", "common_neighbor", "node_aware", "auto"])
 def test_datatypes_of_extent_zero(algorithm):
@@ -668,3 +664,33 @@ def test_a_collective_the_algorithm_does_not_implement_raises_a_value_error(ring
     recv = numpy.zeros(2)
     comm.Neighbor_allgather(numpy.array([float(WORLD.Get_rank())]), recv)
     assert recv.tolist() == [float((WORLD.Get_rank() - 1) % size), float((WORLD.Get_rank() + 1) % size)]
+
+
+@pytest.mark.timeout(60)
+def test_auto_decides_for_every_wrapper_of_a_handle_at_the_same_call():
+    """Ranks behave differently: rank 0 makes the deciding blocking call through a second wrapper of
+    the handle, the others through the one their nonblocking calls use. What a nonblocking call
+    runs depends on whether the handle's collective was decided, not on a wrapper's history, so
+    every rank switches at the same call (else some would run the library's call, others direct's)."""
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    left, right = (rank - 1) % size, (rank + 1) % size
+    graph = WORLD.Create_dist_graph_adjacent([left, right], [left, right], reorder=False)
+    comm = sparsecoll.wrap(graph, profile=_cheap_sparsecoll())
+    second = sparsecoll.wrap(graph, profile=_cheap_sparsecoll())
+    try:
+        send = numpy.array([rank, -rank], dtype="i4")
+        reference = numpy.zeros(2, "i4")
+        MPI.Distgraphcomm.Neighbor_alltoall(comm, send, reference)  # the library's own call on the handle
+        for deciding in (False, True, False):
+            if deciding:
+                (second if rank == 0 else comm).Neighbor_alltoall(send, numpy.zeros(2, "i4"))
+            requests, recvs = [], []
+            for _ in range(3):
+                recvs.append(numpy.full(2, -9, "i4"))
+                requests.append(comm.Ineighbor_alltoall(send, recvs[-1]))
+            for request in reversed(requests) if rank % 2 else requests:
+                request.Wait()
+            assert [recv.tolist() for recv in recvs] == [reference.tolist()] * 3
+        assert comm.plan_stats("alltoall", form="nonblocking")["algorithm"] == "direct"
+    finally:
+        comm.Free()
