@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+from dataclasses import replace
 
 import numpy
 import pytest
@@ -132,6 +133,26 @@ def test_a_profile_where_native_wins_calls_the_library_directly():
         assert comm.schedules_bound == 0
         cached = comm.runtime.cache_sizes()  # only the first call's arguments were parsed, to class them
         assert cached["schedules"] == cached["blocking_executors"] == cached["idle_executors"] == 0
+
+
+def test_a_later_wrap_with_another_profile_decides_anew():
+    """Wraps of one handle share its runtime; auto's decisions are kept per profile (each rank its
+    own here: agreed at wrap), so a second profile is not answered with the first one's choice."""
+    native_wins = scaled_profile(per_call=1e6, per_step=1.0, overhead=1.0)
+    cheap = scaled_profile(per_call=0.0, per_step=0.0, overhead=30.0 + RANK)
+    load = cheap.loads[0]
+    cheap = replace(cheap, loads=(replace(load, native_per_call={form: seconds * 100 for form, seconds
+                                                                 in load.native_per_call.items()}),))
+    with random_graph(3, 0.6) as raw:
+        first = sparsecoll.wrap(raw, profile=native_wins)
+        assert numpy.array_equal(*exchange(first, raw, "alltoall", 8))
+        second = sparsecoll.wrap(raw, profile=cheap)
+        assert numpy.array_equal(*exchange(second, raw, "alltoall", 8))
+        again = sparsecoll.wrap(raw, profile=native_wins)
+        assert numpy.array_equal(*exchange(again, raw, "alltoall", 8))
+        chosen = [comm.plan_stats("alltoall")["algorithm"] for comm in (first, second, again)]
+        assert_same_on_every_rank(chosen)
+        assert chosen[0] == chosen[2] == "native" and chosen[1] != "native", chosen
 
 
 def test_rank_dependent_sizes_decide_once_for_all_calls():
@@ -365,7 +386,6 @@ def test_static_buffers_let_auto_run_persistent_requests_on_the_rma_executor():
     """cdag_static_buffers with a profile under which RMA is cheaper per message: persistent requests
     run a schedule on the RMA executor (bit for bit the library's data), blocking and nonblocking
     calls never do, and the same profile without the key never considers it."""
-    from dataclasses import replace
     base = scaled_profile(per_call=1.0, per_step=1.0, overhead=30.0)
     profile = Profile((replace(base.loads[0], rma={"per_message": -1.0, "byte_factor": 0.5}),), source="test")
     ring = WORLD.Create_dist_graph_adjacent([(RANK - 1) % SIZE, (RANK + 1) % SIZE],

@@ -49,6 +49,7 @@ import json
 import math
 import os
 import platform
+import zlib
 from dataclasses import dataclass, field
 
 from ..checks import is_integer
@@ -144,6 +145,11 @@ class Profile:
         """Where the profile comes from, in one line."""
         where = self.path or "built in"
         return f"{where} ({self.source})" if self.source else where
+
+    def fingerprint(self) -> int:
+        """A number that is the same for profiles of the same content (on any rank): wrap compares
+        it between wraps of one communicator, so that another profile decides anew."""
+        return zlib.crc32(json.dumps(self.to_json(), sort_keys=True).encode())
 
     def to_json(self) -> dict:
         """A JSON-ready dict."""

@@ -192,8 +192,11 @@ class CommRuntime:
     def agree_on_level(self, plan: Plan, given_options: dict) -> Plan:
         """Check that every rank gave ``plan`` the same info keys, algorithm, options and executor
         (collective: one allreduce) and return the plan to run (under exact bytes, sized by the
-        weights: :meth:`.Plan.sized`)."""
-        return plan.sized(levels.agree(self.private, plan.persistence, self.topology, plan.key), given_options)
+        weights: :meth:`.Plan.sized`; for ``auto``, keyed by what the ranks' profiles and
+        ``verify_choice`` were: :meth:`.Plan.with_agreed_inputs`)."""
+        largest, inputs = levels.agree(self.private, plan.persistence, self.topology, plan.key,
+                                       plan.decision_inputs())
+        return plan.with_agreed_inputs(inputs).sized(largest, given_options)
 
     def prepare_strict(self, plan: Plan) -> None:
         """``cdag_strict_communication`` at wrap (collective): build what the first calls would.

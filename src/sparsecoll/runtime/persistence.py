@@ -131,25 +131,29 @@ def key_differs(comm: MPI.Comm, key: tuple) -> bool:
     return bool(highest[0] != -highest[1])
 
 
-def agree(private: MPI.Comm, persistence: Persistence, topology, plan_key: tuple = ()) -> int | None:
+def agree(private: MPI.Comm, persistence: Persistence, topology, plan_key: tuple = (),
+          decision_inputs: tuple = ()) -> tuple:
     """Check, with one allreduce over ``private``, that every rank gave the same level and the
     same ``plan_key`` (the algorithm, options and executor: :attr:`~sparsecoll.runtime.plan.Plan.key`),
-    collectively.
+    collectively, and gather the range of ``decision_inputs`` (integers ranks may hold
+    differently: :meth:`~sparsecoll.runtime.plan.Plan.decision_inputs`).
 
     A key set to "false" counts as not given (the level is what matters). If the ranks differ,
     every rank raises ValueError naming the keys that differ (or saying the algorithm, options or
     executor differ: ranks running different schedules would wait for each other's messages);
     if ``cdag_exact_byte_communications`` is set and some rank's topology has no weights, every
-    rank raises ValueError naming the key. Either way no other message was sent. Returns, under
-    exact bytes, the largest out-edge weight over all ranks (the largest block of any call), else None.
+    rank raises ValueError naming the key. Either way no other message was sent. Returns, the same
+    on every rank, under exact bytes the largest out-edge weight over all ranks (the largest block
+    of any call), else None; and the lowest and highest of each decision input over the ranks.
     """
     flags = numpy.array(persistence.flags(), dtype=numpy.int64)
+    inputs = numpy.array(decision_inputs, dtype=numpy.int64)
     weighted = is_weighted(topology)
     unweighted = int(persistence.exact_bytes and not weighted)
     largest = max((w for d, w in zip(topology.destinations, topology.dest_weights or ()) if d != PROC_NULL),
                   default=0) if persistence.exact_bytes and weighted else 0
     plan = key_fingerprint(plan_key)
-    local = numpy.concatenate([flags, -flags, [unweighted, largest, plan, -plan]])
+    local = numpy.concatenate([flags, -flags, [unweighted, largest, plan, -plan], inputs, -inputs])
     agreed = numpy.empty_like(local)
     private.Allreduce(local, agreed, op=MPI.MAX)
     count = len(KEYS)
@@ -158,14 +162,16 @@ def agree(private: MPI.Comm, persistence: Persistence, topology, plan_key: tuple
     if differ:
         raise ValueError(f"info: the ranks gave different values of {', '.join(differ)}; info keys are "
                          f"collective: every rank must give the same set")
-    some_unweighted, largest_over_ranks, plan_highest, plan_lowest = agreed[2 * count:]
+    some_unweighted, largest_over_ranks, plan_highest, plan_lowest = agreed[2 * count:2 * count + 4]
     if plan_highest != -plan_lowest:
         raise ValueError("algorithm: the ranks gave wrap different algorithms, options or executors; they "
                          "decide every call's messages, so every rank must give the same")
     if some_unweighted:
         raise ValueError(f"{EXACT_BYTES}: the topology has no edge weights on some rank; the key says the "
                          f"weights are the exact bytes per edge, so it needs a weighted distributed graph")
-    return int(largest_over_ranks) if persistence.exact_bytes else None
+    inputs_highest, inputs_lowest = numpy.split(agreed[2 * count + 4:], 2)
+    ranges = tuple((int(-low), int(high)) for low, high in zip(inputs_lowest, inputs_highest))
+    return (int(largest_over_ranks) if persistence.exact_bytes else None), ranges
 
 
 class ExactBytesCheck:

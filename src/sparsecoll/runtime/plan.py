@@ -26,8 +26,10 @@ class Plan:
     ``cdag_exact_byte_communications`` is set (it changes auto's choice and puts a check
     on every call), for ``auto``, whether ``cdag_static_buffers`` is (auto then also
     considers the RMA executor), and the executor's options. ``profile`` and ``verify_choice`` are ``auto``'s
-    (:mod:`sparsecoll.runtime.auto`); they shape only what auto decides, and its decisions
-    are agreed by every rank, so they are not in the key. Neither is
+    (:mod:`sparsecoll.runtime.auto`); they shape only what auto decides, and each rank may read
+    its own host's profile, so they are not compared between ranks; an ``auto`` key holds instead
+    ``decided_by``, what every rank learnt of them from wrap's allreduce
+    (:meth:`with_agreed_inputs`), so that a later wrap with another profile decides anew. Neither is
     ``cdag_strict_communication``, which only moves set-up to ``wrap``, nor
     ``cdag_static_buffers`` for a named algorithm, where it is only recorded.
     """
@@ -40,6 +42,7 @@ class Plan:
     verify_choice: bool = False
     persistence: Persistence = NONE
     executor_options: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    decided_by: tuple = ()
     key: tuple = field(init=False)
     native: bool = field(init=False)
 
@@ -48,7 +51,8 @@ class Plan:
                         if name not in (GRID_OPTION, LOGGP_FILE_OPTION))
         executing = tuple(sorted(self.executor_options.items()))
         object.__setattr__(self, "key", (self.algorithm, shaping, self.executor, self.persistence.exact_bytes,
-                                         self.persistence.static_buffers and self.auto, executing))
+                                         self.persistence.static_buffers and self.auto, executing,
+                                         self.decided_by if self.auto else ()))
         runs_library = self.algorithm != algorithms.AUTO and algorithms.get(self.algorithm).runs_library
         object.__setattr__(self, "native", runs_library)
 
@@ -56,6 +60,18 @@ class Plan:
     def auto(self) -> bool:
         """Whether the cost model picks the algorithm per call (``"auto"``)."""
         return self.algorithm == algorithms.AUTO
+
+    def decision_inputs(self) -> tuple:
+        """This rank's inputs of auto's decisions that ranks may hold differently (the profile's
+        fingerprint, ``verify_choice``), as integers for wrap's allreduce; empty for other plans."""
+        if not self.auto:
+            return ()
+        return (self.profile.fingerprint(), int(self.verify_choice))
+
+    def with_agreed_inputs(self, agreed: tuple) -> Plan:
+        """This plan with ``decided_by`` set to ``agreed`` (the same on every rank: the lowest and
+        highest of each of :meth:`decision_inputs` over the ranks)."""
+        return self if agreed == self.decided_by else replace(self, decided_by=tuple(agreed))
 
     def sized(self, largest_block: int | None, given: dict) -> Plan:
         """Under ``cdag_exact_byte_communications``: the plan whose build assumes the weights'
