@@ -92,7 +92,11 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["simulate", "--sizes=-4"], "--sizes"), (["simulate", "--placement", "abc"], "placement"),
     (["simulate", "--algorithms", "auto"], "--algorithms"), (["calibrate", "--sizes", "abc"], "--sizes"),
     (["calibrate", "--bursts", "0"], "--bursts"), (["calibrate", "--model", "hockney", "--sizes", "8"], "--sizes"),
-    (["calibrate", "--out", "/"], "--out")])
+    (["calibrate", "--out", "/"], "--out"), (["calibrate", "--out", "README.md/profile.json"], "--out"),
+    (["calibrate", "--model", "loggp", "--out", "README.md/p.json"], "--out"), (["bench", "--out", "README.md"], "--out"),
+    (["simulate", "--out", "README.md/sim"], "--out"),
+    (["simulate", "--params", "benchmarks/16core/profiles/mpich.json"], "--params"),
+    (["simulate", "--params", "README.md"], "--params")])
 def test_bad_options_stop_with_one_line_before_any_work(argv, named):
     """An option out of range is a one-line error naming it (no traceback, no launch)."""
     run = run_cli(argv, blocked=())

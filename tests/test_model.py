@@ -103,9 +103,29 @@ def test_direct_moore_matches_eq4_per_rank():
         assert t == pytest.approx(eq.t_rank_naive(8, 1.0, m, alpha, beta))  # 8 neighbors: 2*8*(alpha+m beta)
 
 
+@pytest.mark.parametrize("content, named", [
+    ('{"model": "hockney", "classes": {"node": {"alpha": 1.0}}}', "beta"),
+    ('{"classes": {"node": {"alpha": 1.0, "beta": 0.0}}}', "'model'"),
+    ('{"model": "hockney", "classes": {"node": {"alpha": "x", "beta": 0.0}}}', "classes.node.alpha"),
+    ('{"model": "hockney", "classes": {"node": {"alpha": NaN, "beta": 0.0}}}', "classes.node.alpha"),
+    ('{"model": "hockney", "classes": []}', "'classes'"),
+    ('{"format": 1, "loads": []}', "sparsecoll profile"),
+    ('[1, 2]', "JSON object"),
+    ('{"model": ', "not a JSON"),
+])
+def test_a_bad_parameter_file_names_the_file_and_the_key(tmp_path, content, named):
+    path = tmp_path / "params.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=named) as raised:
+        Machine.load(path)
+    assert str(path) in str(raised.value)
+
+
 def test_machine_files_and_fallback(tmp_path):
     machine = Machine("hockney", {"node": {"alpha": 3.0, "beta": 0.1}}, "unit test")
     path = tmp_path / "p.json"
+    machine.save(tmp_path / "new" / "p.json", measurements={"reps": 3})  # directories made; measurements kept
+    assert Machine.load(tmp_path / "new" / "p.json") == machine
     machine.save(path)
     loaded = Machine.load(path)
     assert loaded == machine

@@ -19,6 +19,7 @@ cores by default.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 
@@ -68,22 +69,51 @@ class Machine:
         return {"model": self.model, "source": self.source, "classes": self.classes}
 
     @classmethod
-    def from_json(cls, data: dict) -> Machine:
-        """Inverse of :meth:`to_json`."""
-        return cls(data["model"], {k: {f: float(v) for f, v in p.items()} for k, p in data["classes"].items()},
-                   data.get("source", ""))
+    def from_json(cls, data: dict, path: str = "<parameters>") -> Machine:
+        """Inverse of :meth:`to_json`; ValueError names ``path`` and the key where ``data`` is not one."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        if "model" not in data and "loads" in data:
+            raise ValueError(f"{path}: is a sparsecoll profile (for auto), not a parameter file; write one with "
+                             f"'sparsecoll calibrate --model hockney' or '--model loggp'")
+        for key, kind in (("model", str), ("classes", dict)):
+            if not isinstance(data.get(key), kind):
+                raise ValueError(f"{path}: key {key!r}: expected a {kind.__name__}, got {data.get(key)!r}")
+        classes = {}
+        for name, values in data["classes"].items():
+            if not isinstance(values, dict):
+                raise ValueError(f"{path}: key 'classes.{name}': expected an object, got {values!r}")
+            for field_name, value in values.items():
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise ValueError(f"{path}: key 'classes.{name}.{field_name}': expected a finite number, "
+                                     f"got {value!r}")
+            classes[name] = {field_name: float(value) for field_name, value in values.items()}
+        try:
+            return cls(data["model"], classes, str(data.get("source", "")))
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
 
-    def save(self, path) -> None:
-        """Write the parameter file."""
+    def save(self, path, measurements: dict | None = None) -> None:
+        """Write the parameter file (directories created as needed), with the ``measurements`` the
+        parameters were fitted to where given (``sparsecoll calibrate``; :meth:`load` ignores them)."""
+        path = os.fspath(path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        data = self.to_json() if measurements is None else {**self.to_json(), "measurements": measurements}
         with open(path, "w") as f:
-            json.dump(self.to_json(), f, indent=2)
+            json.dump(data, f, indent=2)
             f.write("\n")
 
     @classmethod
     def load(cls, path) -> Machine:
-        """Read a parameter file written by :meth:`save` or ``sparsecoll calibrate``."""
-        with open(path) as f:
-            return cls.from_json(json.load(f))
+        """Read a parameter file written by :meth:`save` or ``sparsecoll calibrate``; ValueError names
+        the file (and the key) where it is not one."""
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: not a JSON parameter file ({exc})") from None
+        return cls.from_json(data, path)
 
 
 def hockney(alpha: float, beta: float, source: str = "", pair_class: str | None = None) -> Machine:

@@ -16,7 +16,6 @@ Run it once at a rank per core (``--np 2`` here) and once at the load you will r
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import platform
@@ -92,13 +91,9 @@ def _main(args) -> int:
                   f"{nranks} ranks live on {cores} cores, {load}, "
                   f"{args.reps} round trips per size, {time.strftime('%Y-%m-%d')}")
         machine = hockney(alpha, beta, source, args.pair_class)
-        data = machine.to_json()
-        data["measurements"] = {"sizes": sizes, "one_way_seconds": times, "ranks": nranks,
-                                "pairs": args.pairs, "reps": args.reps,
-                                "load_average_1_5_15min": list(os.getloadavg())}
-        with open(args.out, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
+        machine.save(args.out, measurements={"sizes": sizes, "one_way_seconds": times, "ranks": nranks,
+                                             "pairs": args.pairs, "reps": args.reps,
+                                             "load_average_1_5_15min": list(os.getloadavg())})
         print(source)
         print(f"{'bytes':>9} {'one-way us':>11} {'fit us':>9}")
         for size, t in zip(sizes, times):
@@ -126,15 +121,12 @@ def _main_loggp(comm, args, sizes, cores: int) -> int:
                   f"round trips, {CHAIN} back to back per sample, maximum over ranks, {args.reps} samples "
                   f"per point, {time.strftime('%Y-%m-%d')}")
         machine = loggp(fit["L"], fit["o"], fit["g"], fit["G"], source, args.pair_class)
-        data = machine.to_json()
-        data["measurements"] = {"counts": counts, "count_bytes": smallest, "count_seconds": count_seconds,
-                                "sizes": sizes, "size_seconds": size_seconds,
-                                "half_round_trip_seconds": half_round_trip, "ranks": nranks,
-                                "reps": args.reps, "chain": CHAIN,
-                                "load_average_1_5_15min": list(os.getloadavg())}
-        with open(args.out, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
+        machine.save(args.out, measurements={"counts": counts, "count_bytes": smallest,
+                                             "count_seconds": count_seconds, "sizes": sizes,
+                                             "size_seconds": size_seconds,
+                                             "half_round_trip_seconds": half_round_trip, "ranks": nranks,
+                                             "reps": args.reps, "chain": CHAIN,
+                                             "load_average_1_5_15min": list(os.getloadavg())})
         print(source)
         print(f"{'messages':>9} {'bytes':>9} {'step us':>9}")
         for (k, m), t in zip(points, times):
@@ -212,7 +204,7 @@ def _main_profile(comm, args, cores: int) -> int:
 
 def run(args) -> int:
     """Run the ping-pong under mpiexec (launching ``--np`` ranks when not already launched)."""
-    from .launch import inside_mpi_launch, relaunch
+    from .launch import check_output_path, inside_mpi_launch, relaunch
     if args.np < 2:
         raise SystemExit(f"calibrate: --np expects at least 2 ranks, got {args.np}")
     if args.reps is None:
@@ -229,8 +221,11 @@ def run(args) -> int:
             raise SystemExit(f"calibrate: {option} expects values of at least {least}, got {text!r}")
     if args.model == "hockney" and len(set(args.sizes.split(","))) < 2:
         raise SystemExit(f"calibrate: --sizes: the hockney fit needs two different sizes, got {args.sizes!r}")
-    if args.out is not None and os.path.isdir(args.out):
-        raise SystemExit(f"calibrate: --out names a directory: {args.out}")
+    if args.out is not None:
+        try:
+            check_output_path(args.out, "--out", directory=False)
+        except ValueError as exc:
+            raise SystemExit(f"calibrate: {exc}") from None
     if not inside_mpi_launch():
         out = ["--out", args.out] if args.out else []
         return relaunch(args.np, ["calibrate", *out, "--sizes", args.sizes, "--reps", str(args.reps),

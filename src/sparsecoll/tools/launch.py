@@ -81,3 +81,21 @@ def relaunch(nprocs: int, module_args: list) -> int:
     print(f"launching {nprocs} ranks ({usable_cores()} cores, {mpi_flavor()}): {shown}", flush=True)
     print("  " + " ".join(argv), flush=True)
     return subprocess.call(argv, env=env)
+
+
+def check_output_path(path, option: str, directory: bool) -> None:
+    """Raise ValueError naming ``option`` where ``path`` cannot be written, so a command stops
+    before it launches and measures: a file (``directory`` False) that is a directory, a
+    directory that is a file, or a path under a file or in a directory this user cannot write
+    (missing directories are made later)."""
+    target = Path(path).absolute()
+    if target.exists() and target.is_dir() != directory:
+        raise ValueError(f"{option}: {path} is {'a file' if directory else 'a directory'}, expected "
+                         f"{'a directory' if directory else 'a file'}")
+    existing = target if target.exists() else target.parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{option}: {path} lies under {existing}, which is a file")
+    if not os.access(existing, os.W_OK):
+        raise ValueError(f"{option}: {existing} is not writable")

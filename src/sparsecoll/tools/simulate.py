@@ -52,7 +52,10 @@ def load_machine(path):
     if path is None and os.path.exists(DEFAULT_PARAMS):
         path = DEFAULT_PARAMS
     if path is not None:
-        return Machine.load(path), str(path)
+        try:
+            return Machine.load(path), str(path)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--params: {exc}") from None
     return hockney(1.0, 0.0, "normalized: alpha = 1, beta = 0 (counts messages on the critical path)"), "normalized"
 
 
@@ -126,6 +129,7 @@ def run(args) -> int:
     from sparsecoll.sim.simulate import parse_labelled_params, simulate
     from sparsecoll.topology import specs
 
+    from .launch import check_output_path
     try:
         if args.ranks < 1:
             raise ValueError(f"--ranks: expected at least 1, got {args.ranks}")
@@ -137,9 +141,11 @@ def run(args) -> int:
         if min(sizes) < 1:
             raise ValueError(f"--sizes: expected positive byte counts, got {args.sizes!r}")
         placement = Placement.parse(args.placement) if args.placement else None
+        machine, where = load_machine(args.params)
+        if args.out:
+            check_output_path(args.out, "--out", directory=True)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"simulate: {exc}") from None
-    machine, where = load_machine(args.params)
     if args.nic and placement is None:
         raise SystemExit("simulate: --nic needs --placement")
     names = [a.strip() for a in args.algorithms.split(",") if a.strip()]

@@ -80,12 +80,13 @@ def run(args) -> int:
     """Launch (when needed) and run the benchmark."""
     from sparsecoll.topology import specs
 
-    from ..launch import inside_mpi_launch, relaunch
-    for spec in _specs(args):
-        try:
+    from ..launch import check_output_path, inside_mpi_launch, relaunch
+    try:
+        for spec in _specs(args):
             specs.parse(spec)
-        except (ValueError, OSError) as exc:
-            raise SystemExit(f"bench: {exc}") from None
+        check_output_path(args.out, "--out", directory=True)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"bench: {exc}") from None
     for option, value, least in (("--reps", args.reps, 1), ("--warmup", args.warmup, 0),
                                  ("--phase-reps", args.phase_reps, 1), ("--np", args.np, 1)):
         if value is not None and value < least:
