@@ -93,10 +93,14 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["simulate", "--algorithms", "auto"], "--algorithms"), (["calibrate", "--sizes", "abc"], "--sizes"),
     (["calibrate", "--bursts", "0"], "--bursts"), (["calibrate", "--model", "hockney", "--sizes", "8"], "--sizes"),
     (["calibrate", "--out", "/"], "--out"), (["calibrate", "--out", "README.md/profile.json"], "--out"),
-    (["calibrate", "--model", "loggp", "--out", "README.md/p.json"], "--out"), (["bench", "--out", "README.md"], "--out"),
+    (["calibrate", "--model", "loggp", "--out", "README.md/p.json"], "--out"),
+    (["bench", "--out", "README.md"], "--out"),
     (["simulate", "--out", "README.md/sim"], "--out"),
     (["simulate", "--params", "benchmarks/16core/profiles/mpich.json"], "--params"),
-    (["simulate", "--params", "README.md"], "--params")])
+    (["simulate", "--params", "README.md"], "--params"),
+    (["bench", "--np", "2", "--topology", "hotspot:root=5"], "root"),
+    (["bench", "--topology", "random:density=0.5,seed=-1"], "topology"), (["bench", "--seed=-2"], "--seed"),
+    (["bench", "--algorithms", "loggp_tree+loggp=missing.json"], "loggp")])
 def test_bad_options_stop_with_one_line_before_any_work(argv, named):
     """An option out of range is a one-line error naming it (no traceback, no launch)."""
     run = run_cli(argv, blocked=())

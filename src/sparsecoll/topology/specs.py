@@ -113,6 +113,8 @@ def _parse(text) -> Spec:
         except ValueError:
             raise ValueError(f"topology: parameter {key!r} of {name!r} expects {kind.types[key].__name__}, "
                              f"got {value!r}") from None
+    if params.get("seed", 0) < 0:
+        raise ValueError(f"topology: parameter 'seed' of {name!r} expects a non-negative int, got {params['seed']}")
     missing = [key for key in kind.types if key not in params and key not in kind.defaults]
     if missing:
         raise ValueError(f"topology: {name!r} needs {', '.join(missing)} ({kind.syntax}), got {text!r}")

@@ -81,16 +81,17 @@ def run(args) -> int:
     from sparsecoll.topology import specs
 
     from ..launch import check_output_path, inside_mpi_launch, relaunch
+    for option, value, least in (("--reps", args.reps, 1), ("--warmup", args.warmup, 0),
+                                 ("--phase-reps", args.phase_reps, 1), ("--np", args.np, 1), ("--seed", args.seed, 0)):
+        if value is not None and value < least:
+            raise SystemExit(f"bench: {option}: expected at least {least}, got {value}")
     try:
         for spec in _specs(args):
-            specs.parse(spec)
+            if specs.parse(spec).kind != "cart" and not inside_mpi_launch():
+                specs.generate(spec, args.np or DEFAULT_RANKS)  # values that depend on the ranks (root=R)
         check_output_path(args.out, "--out", directory=True)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"bench: {exc}") from None
-    for option, value, least in (("--reps", args.reps, 1), ("--warmup", args.warmup, 0),
-                                 ("--phase-reps", args.phase_reps, 1), ("--np", args.np, 1)):
-        if value is not None and value < least:
-            raise SystemExit(f"bench: {option}: expected at least {least}, got {value}")
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s]
     except ValueError:
@@ -111,6 +112,7 @@ def _check_algorithms(args) -> None:
     """Reject a bad ``--algorithms`` or ``--executors`` entry before anything is launched."""
     from sparsecoll import executors as executor_names
     from sparsecoll.algorithms import check_options, parse_variant
+    from sparsecoll.model.params import with_loggp_file
 
     from .runner import parse_executor
     try:
@@ -126,7 +128,8 @@ def _check_algorithms(args) -> None:
                                  f"(each NAME[+OPTION=VALUE]...), got {args.executors!r} ({exc})") from None
         for text in (args.algorithms or "").split(","):
             if text.strip():
-                check_options(*parse_variant(text), args.np or DEFAULT_RANKS)
+                name, options = parse_variant(text)
+                check_options(name, with_loggp_file(options), args.np or DEFAULT_RANKS)
     except (ValueError, TypeError) as exc:
         raise SystemExit(f"bench: {exc}") from None
 
