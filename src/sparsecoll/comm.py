@@ -875,9 +875,10 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     wrapper with the new algorithm on the same handle and runtime.
     ``algorithm`` is ``"auto"`` or a name from :func:`sparsecoll.algorithms`;
     ``options`` are the algorithm's options, checked here; ``grid=(dims, periods)`` (or the
-    ``MPI.Cartcomm`` a distributed graph was built on) asks to detect whether the
-    neighborhoods are translations of one offset list on that grid, which enables the
-    Cartesian algorithms (collective; the result is a ``CartNeighborhoodComm``).
+    ``MPI.Cartcomm`` a distributed graph was built on), with any algorithm, asks to detect
+    whether the neighborhoods are translations of one offset list on that grid, which enables
+    the Cartesian algorithms on the handle (collective, once per handle; the result is a
+    ``CartNeighborhoodComm`` where they are).
     ``rebind=True`` binds the schedule anew on every blocking and nonblocking call
     instead of caching it (the non-persistent mode of the HiPC 2017 paper's
     evaluation); ``*_init`` requests always bind once. ``executor`` names the executor
@@ -935,6 +936,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
     _check_hierarchy_options(hierarchy_options)
+    grid_option = options.pop(cartesian_topology.GRID_OPTION, None)  # the handle's, for every algorithm
     if global_collectives not in GLOBAL_COLLECTIVE_CHOICES:
         raise ValueError(f"global_collectives: expected one of {GLOBAL_COLLECTIVE_CHOICES}, got {global_collectives!r}")
     persistence = levels.level(info, comm)
@@ -945,8 +947,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     runtime = existing_runtime(comm)
     if runtime is None:
         runtime = runtime_of(comm, topology if topology is not None else getattr(comm, "_sc_topology", None))
-    plan = runtime.agree_on_level(plan, options)  # collective, on every wrap: the info keys are collective
-    grid_option = plan.options.get(cartesian_topology.GRID_OPTION)
+    plan = runtime.agree_on_level(plan, options, grid_option is not None)  # collective, on every wrap
     if grid_option is not None and runtime.topology.offsets is None:
         runtime.set_topology(cartesian_topology.detect(runtime.private, runtime.topology, grid_option))
     runtime.check_supported(plan)

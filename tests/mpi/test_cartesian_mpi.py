@@ -129,6 +129,26 @@ def test_detection_of_isomorphic_dist_graph(periods):
         cart.Free()
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "native", "common_neighbor", "cartesian"])
+def test_every_algorithm_takes_grid_and_detects_on_the_handle(algorithm):
+    """``grid=`` is the handle's (its Topology), not an algorithm's option: any algorithm takes it, and
+    a later wrap of the handle runs the Cartesian algorithms."""
+    dims = MPI.Compute_dims(WORLD.Get_size(), 2)
+    cart, graph = _stencil_graph(dims, [True, True], stencil(2, 3), seed=5)
+    try:
+        comm = sparsecoll.wrap(graph, algorithm, grid=cart)
+        assert isinstance(comm, sparsecoll.CartNeighborhoodComm) and comm.topology.offsets is not None
+        send = numpy.arange(comm.topology.outdegree, dtype="f8") + 100 * WORLD.Get_rank()
+        got, expected = numpy.zeros(comm.topology.indegree), numpy.zeros(comm.topology.indegree)
+        comm.Neighbor_alltoall(send, got)
+        MPI.Distgraphcomm(graph).Neighbor_alltoall(send, expected)
+        assert numpy.array_equal(got, expected)
+        assert sparsecoll.wrap(comm, "cartesian").plan_stats("alltoall")["algorithm"] == "cartesian"
+    finally:
+        graph.Free()
+        cart.Free()
+
+
 def test_detection_rejects_other_graphs():
     p = WORLD.Get_size()
     rank = WORLD.Get_rank()

@@ -609,7 +609,7 @@ def test_nonblocking_calls_return_before_the_peers_start_theirs(algorithm, calls
 
 
 @pytest.mark.timeout(60)  # without the check: every rank waited in its first call for messages of another schedule
-@pytest.mark.parametrize("case", ["algorithm", "option", "executor", "intracomm"])
+@pytest.mark.parametrize("case", ["algorithm", "option", "executor", "grid", "intracomm"])
 def test_wrap_arguments_that_differ_between_ranks_raise_on_every_rank(ring, case):
     """``wrap``'s algorithm, options and executor decide every call's messages, so odd ranks giving
     other ones than even ranks is an error every rank reports at ``wrap`` (before any call)."""
@@ -623,7 +623,8 @@ def test_wrap_arguments_that_differ_between_ranks_raise_on_every_rank(ring, case
         comm = ring
         arguments = {"algorithm": {"algorithm": "native" if odd else "direct"},
                      "option": {"algorithm": "direct", "coloring": odd},
-                     "executor": {"algorithm": "direct", "executor": "dag" if odd else "steps"}}[case]
+                     "executor": {"algorithm": "direct", "executor": "dag" if odd else "steps"},
+                     "grid": {"algorithm": "direct", **({"grid": ([size], [True])} if odd else {})}}[case]
     try:
         with pytest.raises(ValueError, match="algorithm: the ranks gave wrap different"):
             sparsecoll.wrap(comm, **arguments)

@@ -244,7 +244,7 @@ def unsupported(topology: Topology) -> str | None:
             f"sparsecoll.cart_neighborhood_create, or wrap a distributed graph with {GRID_OPTION}=(dims, periods)")
 
 
-OPTIONS = {GRID_OPTION: None}
+OPTIONS: dict = {}  # wrap's grid= (any algorithm) detects the Cartesian neighborhoods they need
 
 
 def _build_combining(topology: Topology, comm, options: dict, family: str) -> Pattern:

@@ -10,7 +10,6 @@ from ..model.choice import split_candidate
 from ..model.params import LOGGP_FILE_OPTION, with_loggp_file
 from ..model.profile import BUILTIN, Profile
 from ..model.profile import resolve as resolve_profile
-from ..topology.cartesian import GRID_OPTION
 from .persistence import BLOCK_BYTES_OPTION, NONE, Persistence
 
 
@@ -20,8 +19,7 @@ class Plan:
     and its options, and the persistence level of its info keys (:mod:`sparsecoll.runtime.persistence`).
 
     ``key`` identifies everything that shapes the messages, by value, so it is the same
-    on every rank: the algorithm, every option but ``grid`` (which only shapes the
-    handle's Topology, kept by the runtime) and ``loggp`` (a file's path, which each rank may
+    on every rank: the algorithm, every option but ``loggp`` (a file's path, which each rank may
     give its own copy of: the L, o and G read from it are options), the executor, whether
     ``cdag_exact_byte_communications`` is set (it changes auto's choice and puts a check
     on every call), for ``auto``, whether ``cdag_static_buffers`` is (auto then also
@@ -48,7 +46,7 @@ class Plan:
 
     def __post_init__(self):
         shaping = tuple((name, repr(value)) for name, value in sorted(self.options.items())
-                        if name not in (GRID_OPTION, LOGGP_FILE_OPTION))
+                        if name != LOGGP_FILE_OPTION)
         executing = tuple(sorted(self.executor_options.items()))
         object.__setattr__(self, "key", (self.algorithm, shaping, self.executor, self.persistence.exact_bytes,
                                          self.persistence.static_buffers and self.auto, executing,

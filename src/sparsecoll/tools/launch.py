@@ -92,10 +92,11 @@ def check_output_path(path, option: str, directory: bool) -> None:
     if target.exists() and target.is_dir() != directory:
         raise ValueError(f"{option}: {path} is {'a file' if directory else 'a directory'}, expected "
                          f"{'a directory' if directory else 'a file'}")
-    existing = target if target.exists() else target.parent
+    existing = target if target.is_dir() else target.parent  # a file there is overwritten
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
         raise ValueError(f"{option}: {path} lies under {existing}, which is a file")
-    if not os.access(existing, os.W_OK):
-        raise ValueError(f"{option}: {existing} is not writable")
+    for place in (existing, target) if target.is_file() else (existing,):
+        if not os.access(place, os.W_OK):
+            raise ValueError(f"{option}: {place} is not writable")
