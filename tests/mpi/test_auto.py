@@ -414,6 +414,28 @@ def test_static_buffers_let_auto_run_persistent_requests_on_the_rma_executor():
         raw.Free()
 
 
+def test_static_buffers_with_a_profile_that_measured_no_rma_on_some_ranks():
+    """Each rank may hold its own host's profile: where one has no RMA costs the candidates stay the
+    same on every rank (its ``[rma]`` twins predicted infinite), so the first call's allreduce lines up
+    (a shorter vector there: MPICH 'Message truncated', Open MPI misread numbers) and the twins lose."""
+    base = scaled_profile(per_call=1.0, per_step=1.0, overhead=30.0)
+    measured = Profile((replace(base.loads[0], rma={"per_message": -1.0, "byte_factor": 0.5}),), source="test")
+    ring = WORLD.Create_dist_graph_adjacent([(RANK - 1) % SIZE, (RANK + 1) % SIZE],
+                                            [(RANK + 1) % SIZE, (RANK - 1) % SIZE], reorder=False)
+    try:
+        comm = sparsecoll.wrap(ring, profile=base if RANK % 2 else measured, info={"cdag_static_buffers": "true"})
+        for collective in ("alltoall", "allgather"):
+            for form in ("persistent", "blocking"):
+                got, expected = exchange(comm, ring, collective, 64, form)
+                assert numpy.array_equal(got, expected), (collective, form)
+            chosen = comm.resolved_algorithm(collective, block_bytes=64, form="persistent")
+            assert_same_on_every_rank(chosen)
+            if SIZE > 1:
+                assert not chosen.endswith("[rma]"), chosen
+    finally:
+        ring.Free()
+
+
 @contextlib.contextmanager
 def two_ring():
     """Every rank sends to the next two and receives from the previous two (each has in-edges)."""

@@ -264,11 +264,15 @@ def split_candidate(name: str) -> tuple:
     return name, None
 
 
-def rma_cost(cost: Cost, rma: dict) -> Cost:
+def rma_cost(cost: Cost, rma: dict | None) -> Cost:
     """``cost`` (a schedule on the step executor) run as a persistent request on the RMA executor:
     every message a rank sends and receives costs ``per_message`` more (a put and its RTR message
     through the library's RMA path; negative where that is cheaper) and every byte ``byte_factor``
-    times as much; other forms cannot run it (infinite). Never below zero at the smallest class."""
+    times as much; other forms cannot run it (infinite). Never below zero at the smallest class.
+    ``rma`` None (this rank's profile did not measure it): infinite in every form, so that the
+    ranks still predict the same candidates and the slowest rank's maximum rules the twin out."""
+    if rma is None:
+        return Cost((math.inf,) * len(FORMS), 0.0, cost.steps, cost.messages, cost.estimated, cost.by_class)
     extra = 2 * cost.messages * rma["per_message"]
     floor = -(cost.fixed[FORMS.index("persistent")] + min(cost.by_class))  # keeps every class's time >= 0
     fixed = tuple(value + max(extra, floor) if form == "persistent" else math.inf
@@ -287,7 +291,8 @@ def local_costs(topology, family: str, options: dict, load: Load, placement, pat
                 static_buffers: bool = False) -> dict:
     """``{candidate: Cost}`` for this rank; ``patterns`` holds the Patterns built so far (by name),
     and gets those of locally built candidates added. ``static_buffers``: add the ``[rma]`` twin
-    of every candidate but ``native`` where ``load`` has RMA costs.
+    of every candidate but ``native`` (infinite where ``load`` has no RMA costs: the candidates,
+    which every rank's allreduce lines up, must not depend on a rank's profile).
 
     A locally built candidate is charged on the Pattern its algorithm builds, before the
     transformations of :func:`sparsecoll.algorithms.build_pattern`: ``coloring`` (a protocol)
@@ -304,7 +309,7 @@ def local_costs(topology, family: str, options: dict, load: Load, placement, pat
                                        recv_items=topology.recv_items(family))
         else:
             costs[name] = ESTIMATORS[name](topology, family, options, load, placement)
-    if static_buffers and load.rma is not None:
+    if static_buffers:
         for name in [name for name in costs if name != NATIVE]:
             costs[name + RMA_SUFFIX] = rma_cost(costs[name], load.rma)
     return costs
