@@ -186,7 +186,7 @@ class AutoDispatch:
         self._trials: dict = {}  # size class -> [calls, choice seconds, native seconds]
         #: size class -> the trial of a persistent request of that class: {candidate, seconds, winner}
         self.persistent_trials: dict = {}
-        self._library_only: set = set()  # forms the wrapper sends straight to the library, for good
+        self._library_only: set = set()  # forms every call sends straight to the library, for good
         self.by_weights = by_weights  # cdag_exact_byte_communications: local_class is the weights'
         #: form -> receive-array bytes under which a call goes to the library (see :meth:`_library_limit`);
         #: updated whenever the tables are decided again, so the wrapper's shortcut reads it per call.
@@ -243,6 +243,8 @@ class AutoDispatch:
             name = names.pop() if len(names) == 1 else None
             if name is not None and (name == model.NATIVE or family.built(name)) and not self._plan.verify_choice:
                 self._uniform[form] = name
+                if name == model.NATIVE:  # here, where every rank decides alike, not at a wrapper's first call
+                    self._library_only.add(form)
             self.library_below[form] = self._library_limit(row)
         #: form -> per size class, what a call runs once its choice is final (the library's method or
         #: the chosen algorithm's runtime call), filled by :meth:`_runner`; local work only: emptied
@@ -269,13 +271,9 @@ class AutoDispatch:
         return 0 if first == 0 else indegree * 2 ** (first - 1)
 
     def native_forms(self) -> tuple:
-        """Forms whose every call goes to the library, decided now for good (the wrapper may then
-        call the library's method directly)."""
-        for f, form in enumerate(FORMS):
-            row = self.table[f]
-            names = {row[self.pinned]} if self.pinned is not None else set(row)
-            if names == {model.NATIVE} and not self._plan.verify_choice:
-                self._library_only.add(form)
+        """Forms whose every call goes to the library, for good (a wrapper may then call the
+        library's method directly): those whose table said ``native`` at every size at some
+        decision (:meth:`decide`, made at the same call on every rank), whichever wrapper asks."""
         return tuple(sorted(self._library_only))
 
     def _trial_candidate(self, size_class: int) -> str | None:
