@@ -28,7 +28,7 @@ from .checks import is_integer, positive_integer
 from .hierarchy import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name, objects
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .pattern import family_of
-from .runtime import CommRuntime, Plan, existing_runtime, make_plan, runtime_of
+from .runtime import CommRuntime, PendingPrivate, Plan, existing_runtime, make_plan, runtime_of
 from .runtime import persistence as levels
 from .topology import PROC_NULL, Topology, from_comm
 from .topology import cartesian as cartesian_topology
@@ -329,7 +329,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
     def _sc_attach(self) -> CommRuntime:
         runtime = self._sc_runtime
         if runtime is None:
-            runtime = self._sc_runtime = runtime_of(self, self._sc_topology)
+            runtime = self._sc_runtime = runtime_of(self, self._sc_topology, self.__dict__.pop("_sc_pending", None))
         return runtime
 
     def _sc_prepare(self, collective: str, sendbuf=None, recvbuf=None, form: str = "blocking"):
@@ -649,21 +649,32 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         return self._sc_adopt(super().Clone())
 
     def Idup(self, info=None):
-        """Nonblocking duplicate: ``(communicator, request)``; the copy runs the same algorithm and options."""
+        """Nonblocking duplicate: ``(communicator, request)``; the copy runs the same algorithm and options.
+
+        Its runtime is made, without communicating, when a rank first needs it (a call, or a query
+        such as ``runtime.cache_sizes()``): the private copy it needs is duplicated here, by a
+        second nonblocking duplicate of this communicator."""
         new, request = super().Idup(info)
-        return self._sc_adopt(new, attach=False), request
+        return self._sc_adopt_pending(new), request
 
     def Idup_with_info(self, info):
-        """Nonblocking duplicate with ``info``: ``(communicator, request)``; the copy runs the same
-        algorithm and options."""
+        """Nonblocking duplicate with ``info``: ``(communicator, request)``; as :meth:`Idup`."""
         new, request = super().Idup_with_info(info)
-        return self._sc_adopt(new, attach=False), request
+        return self._sc_adopt_pending(new), request
+
+    def _sc_adopt_pending(self, new):
+        new = self._sc_adopt(new, attach=False)
+        new.__dict__["_sc_pending"] = PendingPrivate(self)
+        return new
 
     def Free(self) -> None:
         """Free the communicator and everything sparsecoll attached to it (collective)."""
         self._sc_free_hierarchy()
         self.__dict__.pop("_sc_runtime", None)
         self.__dict__.pop("_sc_calls", None)
+        pending = self.__dict__.pop("_sc_pending", None)
+        if pending is not None:  # an Idup'd copy that never needed its runtime
+            pending.drop()
         super().Free()  # deletes the attribute, which frees the runtime
 
 
@@ -946,7 +957,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
     runtime = existing_runtime(comm)
     if runtime is None:
-        runtime = runtime_of(comm, topology if topology is not None else getattr(comm, "_sc_topology", None))
+        runtime = runtime_of(comm, topology if topology is not None else getattr(comm, "_sc_topology", None),
+                             getattr(comm, "__dict__", {}).pop("_sc_pending", None))
     plan = runtime.agree_on_level(plan, options, grid_option is not None)  # collective, on every wrap
     if grid_option is not None and runtime.topology.offsets is None:
         runtime.set_topology(cartesian_topology.detect(runtime.private, runtime.topology, grid_option))

@@ -764,6 +764,31 @@ def duplicate(comm, how: str):
     return comm.Dup_with_info(MPI.INFO_NULL) if how == "Dup_with_info" else getattr(comm, how)()
 
 
+@pytest.mark.timeout(60)  # without the fix: rank 0's query made the copy's runtime, a Dup the others never made
+@pytest.mark.parametrize("algorithm", ["direct", "auto"])
+def test_an_idup_copy_answers_local_queries_on_one_rank(algorithm):
+    """A copy made by ``Idup`` gets its runtime without communicating, so a local query made on one
+    rank only (``runtime.cache_sizes()``) does not turn into a collective there; a second copy
+    never used is freed (its private duplicate completed)."""
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    comm = sparsecoll.wrap(WORLD.Create_dist_graph_adjacent([(rank - 1) % size], [(rank + 1) % size]), algorithm)
+    copy, request = comm.Idup()
+    unused, unused_request = comm.Idup_with_info(MPI.INFO_NULL)
+    try:
+        request.Wait()
+        if rank == 0:
+            assert copy.runtime.cache_sizes()["schedules"] == 0
+        copy.Barrier()  # every rank, in the same order; rank 0 alone made the query
+        got = numpy.zeros(1)
+        copy.Neighbor_allgather(numpy.array([float(rank)]), got)
+        assert got.tolist() == [float((rank - 1) % size)]
+        unused_request.Wait()
+    finally:
+        unused.Free()
+        copy.Free()
+        comm.Free()
+
+
 @pytest.mark.parametrize("how", ["Dup", "Clone", "Dup_with_info", "Idup", "Idup_with_info"])
 @pytest.mark.parametrize("name", sorted(CASE7_COMMS))
 def test_dup_and_clone_keep_algorithm_and_options(name, how):

@@ -7,6 +7,7 @@ handle shares it) owns every decision that affects communication; see
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import time
 from dataclasses import replace
@@ -62,8 +63,8 @@ class CommRuntime:
     calls for :data:`NONBLOCKING_KEYS` buffer sets. None of them keeps a user buffer alive.
     """
 
-    def __init__(self, comm: MPI.Comm, topology: Topology | None = None):
-        self.private = _plain(comm).Dup()  # collective
+    def __init__(self, comm: MPI.Comm, topology: Topology | None = None, private: MPI.Comm | None = None):
+        self.private = private if private is not None else _plain(comm).Dup()  # collective
         self.topology = topology if topology is not None else from_comm(comm)
         self.channels = Channels(self.private.Get_attr(MPI.TAG_UB))
         self.patterns: dict = {}  # (algorithm, options key, family) -> Pattern
@@ -735,13 +736,50 @@ def _delete_runtime(comm, keyval, runtime):
 _RUNTIME_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_runtime)
 
 
-def runtime_of(comm: MPI.Comm, topology: Topology | None = None) -> CommRuntime:
-    """The runtime of a handle, created (collectively: it duplicates the handle) on first use."""
+def runtime_of(comm: MPI.Comm, topology: Topology | None = None,
+               pending: PendingPrivate | None = None) -> CommRuntime:
+    """The runtime of a handle, created on first use: collectively (it duplicates the handle), or
+    locally from ``pending``, a private copy started when the handle was made by ``Idup``."""
     runtime = comm.Get_attr(_RUNTIME_KEYVAL)
     if runtime is None:
-        runtime = CommRuntime(comm, topology)
+        runtime = CommRuntime(comm, topology, None if pending is None else pending.take())
         comm.Set_attr(_RUNTIME_KEYVAL, runtime)
+    elif pending is not None:
+        pending.drop()
     return runtime
+
+
+class PendingPrivate:
+    """The private communicator of a handle made by ``Idup``, duplicated (``Idup``, on the parent,
+    at the same point on every rank) when the handle was, so that its runtime is made without
+    communicating whenever a rank first needs it (a local query included). Completed at exit
+    where no one took it: MPI wants every request complete before ``MPI_Finalize``."""
+
+    _open: set = set()
+    _registered = False
+
+    def __init__(self, parent: MPI.Comm):
+        self._comm, self._request = _plain(parent).Idup()
+        PendingPrivate._open.add(self)
+        if not PendingPrivate._registered:
+            PendingPrivate._registered = True
+            atexit.register(PendingPrivate._complete_all)
+
+    def take(self) -> MPI.Comm:
+        """The private communicator (waits for its duplication, which every rank started)."""
+        self._request.Wait()
+        PendingPrivate._open.discard(self)
+        return self._comm
+
+    def drop(self) -> None:
+        """Complete and free it (the handle is freed, or has a runtime already)."""
+        self.take().Free()
+
+    @staticmethod
+    def _complete_all() -> None:
+        if not MPI.Is_finalized():
+            for pending in list(PendingPrivate._open):
+                pending.take()
 
 
 def existing_runtime(comm: MPI.Comm):
