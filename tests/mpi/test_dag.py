@@ -6,6 +6,7 @@ Runs on every rank (launched by ``tests/test_mpi.py``); the wavefront test needs
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy
@@ -34,9 +35,16 @@ def _wavefront_build(topology, comm, options, family):
     return Pattern(family, me, steps.get(me, ()))
 
 
-if WAVEFRONT not in REGISTRY:
-    register(Algorithm(WAVEFRONT, "test only: a forward that need not wait for its whole step",
-                       families=("allgather",), build=_wavefront_build))
+@contextlib.contextmanager
+def registered(algorithm: Algorithm):
+    """``algorithm`` in the registry for the block only: ``auto`` considers every registered
+    algorithm, so a test algorithm left there (these fit one graph) would be a candidate of
+    every later test in the process (it made ``test_auto``'s choices raise on one rank)."""
+    register(algorithm)
+    try:
+        yield algorithm.name
+    finally:
+        REGISTRY.pop(algorithm.name, None)
 
 
 def _wavefront_graph():
@@ -49,30 +57,33 @@ def _forward_started_before_rank_2_arrives(executor: str) -> bool:
     """Rank 1 starts the call while rank 2 holds back; True on rank 1 if its forward started
     before rank 2 joined. Every rank returns the same value (broadcast from rank 1)."""
     raw = _wavefront_graph()
+    wavefront = Algorithm(WAVEFRONT, "test only: a forward that need not wait for its whole step",
+                          families=("allgather",), build=_wavefront_build)
     try:
-        comm = sparsecoll.wrap(raw, WAVEFRONT, executor=executor)
-        send = numpy.array([RANK + 100], dtype="i4")
-        recv = numpy.full(raw.Get_dist_neighbors_count()[0], -1, dtype="i4")
-        request = comm.Neighbor_allgather_init(send, recv)
-        forwarded_early = False
-        if RANK == 2:
-            WORLD.recv(source=1, tag=77)  # hold back until rank 1 has looked
-        request.Start()
-        if RANK == 1:
-            run = request._current  # the DagRun (dag) or the step's request list (steps)
-            deadline = time.monotonic() + 2.0
-            while time.monotonic() < deadline:
-                request.Test()
-                if not isinstance(run, list) and run.started > run.receives:
-                    forwarded_early = True
-                    break
-                time.sleep(0.001)
-            WORLD.send(None, dest=2, tag=77)
-        request.Wait()
-        expected = {1: [102], 2: [100]}.get(RANK, [])
-        assert recv.tolist() == expected, f"rank {RANK}: got {recv.tolist()}, expected {expected}"
-        request.Free()
-        return WORLD.bcast(forwarded_early, root=1)
+        with registered(wavefront):
+            comm = sparsecoll.wrap(raw, WAVEFRONT, executor=executor)
+            send = numpy.array([RANK + 100], dtype="i4")
+            recv = numpy.full(raw.Get_dist_neighbors_count()[0], -1, dtype="i4")
+            request = comm.Neighbor_allgather_init(send, recv)
+            forwarded_early = False
+            if RANK == 2:
+                WORLD.recv(source=1, tag=77)  # hold back until rank 1 has looked
+            request.Start()
+            if RANK == 1:
+                run = request._current  # the DagRun (dag) or the step's request list (steps)
+                deadline = time.monotonic() + 2.0
+                while time.monotonic() < deadline:
+                    request.Test()
+                    if not isinstance(run, list) and run.started > run.receives:
+                        forwarded_early = True
+                        break
+                    time.sleep(0.001)
+                WORLD.send(None, dest=2, tag=77)
+            request.Wait()
+            expected = {1: [102], 2: [100]}.get(RANK, [])
+            assert recv.tolist() == expected, f"rank {RANK}: got {recv.tolist()}, expected {expected}"
+            request.Free()
+            return WORLD.bcast(forwarded_early, root=1)
     finally:
         raw.Free()
 
@@ -120,23 +131,21 @@ def test_unknown_executor_is_a_value_error_naming_the_argument():
 def test_chained_sends_deliver_what_the_library_delivers():
     """A Pattern whose second send waits for its first (as coloring orders them): both
     arrive, at every rank, on the dag executor, bit for bit like the library."""
-    name = "test_ordered_direct"
-    if name not in REGISTRY:
-        def build(topology, comm, options, family):
-            pattern = REGISTRY["direct"].build(topology, comm, options, family)
-            sends = pattern.steps[0].sends
-            after = {(0, i): ((SEND, 0, i - 1),) for i in range(1, len(sends))}
-            return Pattern(family, topology.rank, pattern.steps, after=after)
-        register(Algorithm(name, "test only: direct with chained sends", build=build))
+    def build(topology, comm, options, family):
+        pattern = REGISTRY["direct"].build(topology, comm, options, family)
+        sends = pattern.steps[0].sends
+        after = {(0, i): ((SEND, 0, i - 1),) for i in range(1, len(sends))}
+        return Pattern(family, topology.rank, pattern.steps, after=after)
     raw = WORLD.Create_dist_graph_adjacent([(RANK - k) % SIZE for k in (1, 2, 3)],
                                            [(RANK + k) % SIZE for k in (1, 2, 3)])
     try:
-        comm = sparsecoll.wrap(raw, name, executor="dag")
-        send = numpy.arange(3, dtype="f8") + RANK
-        got, expected = numpy.zeros(3), numpy.zeros(3)
-        raw.Neighbor_alltoall(send, expected)
-        request = comm.Ineighbor_alltoall(send, got)
-        request.Wait()
-        assert got.tolist() == expected.tolist()
+        with registered(Algorithm("test_ordered_direct", "test only: direct with chained sends", build=build)) as name:
+            comm = sparsecoll.wrap(raw, name, executor="dag")
+            send = numpy.arange(3, dtype="f8") + RANK
+            got, expected = numpy.zeros(3), numpy.zeros(3)
+            raw.Neighbor_alltoall(send, expected)
+            request = comm.Ineighbor_alltoall(send, got)
+            request.Wait()
+            assert got.tolist() == expected.tolist()
     finally:
         raw.Free()
