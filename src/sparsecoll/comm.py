@@ -284,13 +284,15 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
     def pattern(self, collective: str):
         """This rank's Pattern for ``collective``'s family (collective: call it on every rank).
 
+        It also makes what the first call of ``collective`` would make collectively (the size-pass
+        agreement, the executor's window), so that a first nonblocking call after it stays local.
         ``auto``: the Pattern of the algorithm an 8-byte blocking call runs (after the first call)."""
         plan = self._sc_plan
         if plan.auto:
             plan = plan.resolved(self.resolved_algorithm(collective))
             if plan.native:
                 plan = plan.resolved("direct")  # the one-step pattern the library runs
-        return self._sc_attach().pattern(plan, collective)
+        return self._sc_attach().call_plan(plan, collective).pattern
 
     def plan_stats(self, collective: str, *, block_bytes: int = 8, form: str = "blocking") -> dict:
         """Deterministic numbers of this rank's schedule for ``collective``'s family; never communicates.
@@ -918,9 +920,10 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
 
     * ``cdag_strict_communication``: only neighborhood collectives run on this communicator.
       It enables set-up at ``wrap`` (collective): the Patterns of both families, built by the
-      algorithm's protocol where it has one, and the size-pass decisions (``auto``: its cost
-      models), so the first calls send only their own messages and ``plan_stats`` answers
-      before any call. It does NOT fix tag channels or pre-post receives per collective: MPI
+      algorithm's protocol where it has one, and the size-pass decisions, so the first calls send
+      only their own messages and ``plan_stats`` answers before any call (``auto``: its cost
+      models, so the first call of each collective adds only its decision's allreduce, after
+      which ``plan_stats`` answers). It does NOT fix tag channels or pre-post receives per collective: MPI
       allows several nonblocking calls of one collective in flight, whose messages must not
       match each other's receives (:mod:`sparsecoll.runtime.channels`).
     * ``cdag_exact_byte_communications``: the edge weights (a weighted distributed graph, else

@@ -608,6 +608,31 @@ def test_nonblocking_calls_return_before_the_peers_start_theirs(algorithm, calls
         comm.Free()  # and the graph, whose handle the wrapper shares
 
 
+@pytest.mark.timeout(60)  # without the fix: rank 0's call waited in the size-pass allreduce for rank 1's
+@pytest.mark.parametrize("algorithm", ["common_neighbor", "distance_halving"])
+def test_after_pattern_a_first_nonblocking_call_is_local(algorithm):
+    """The README's way to keep a protocol algorithm's first nonblocking call local: ``pattern()`` on
+    every rank first makes what that call would make collectively (the pattern and the size-pass
+    agreement). Rank 1 starts its call only after rank 0's has returned."""
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    if size < 2:
+        pytest.skip("needs a second rank to wait for the first")
+    left, right = (rank - 1) % size, (rank + 1) % size
+    comm = sparsecoll.wrap(WORLD.Create_dist_graph_adjacent([left, right], [left, right], reorder=False), algorithm)
+    try:
+        comm.pattern("allgather")
+        send, recv = numpy.array([float(rank)]), numpy.full(2, -1.0)
+        if rank == 1:
+            WORLD.recv(source=0, tag=78)
+        request = comm.Ineighbor_allgather(send, recv)
+        if rank == 0:
+            WORLD.send("started", dest=1, tag=78)
+        request.Wait()
+        assert recv.tolist() == [float(left), float(right)]
+    finally:
+        comm.Free()
+
+
 @pytest.mark.timeout(60)  # without the check: every rank waited in its first call for messages of another schedule
 @pytest.mark.parametrize("case", ["algorithm", "option", "executor", "grid", "intracomm"])
 def test_wrap_arguments_that_differ_between_ranks_raise_on_every_rank(ring, case):

@@ -207,7 +207,9 @@ class CommRuntime:
         supports on every rank (its Pattern, built by its protocol where it has one, and the
         size-pass decision, agreed by one allreduce per Pattern); ``auto`` gets the cost model of
         both families (placement agreed, local candidates built). The first calls then send
-        only their own messages, and ``plan_stats`` answers before any call.
+        only their own messages, and ``plan_stats`` answers before any call; under ``auto`` the
+        first call of each collective still makes its decision's allreduce (it takes that call's
+        block size), after which ``plan_stats`` answers.
         """
         if plan.native or plan.key in self._prepared:
             return

@@ -92,8 +92,9 @@ def parse(info) -> dict:
 def from_comm(comm: MPI.Comm) -> dict:
     """``{key: bool}`` of the persistence keys the MPI library kept in ``comm``'s own info (local).
 
-    MPICH drops keys it does not know from a communicator's info (``Set_info``, ``Dup_with_info``),
-    so there this is usually empty; Open MPI keeps them. ``wrap(info=...)`` is the portable path.
+    MPICH 5.0.2 and Open MPI 5.0.11 drop keys they do not know from a communicator's info
+    (``Set_info``, ``Dup_with_info``), so there this is usually empty. ``wrap(info=...)`` is the
+    portable path.
     """
     info = comm.Get_info()
     try:
