@@ -46,6 +46,8 @@ from mpi4py import MPI
 from sparsecoll import executors as executor_names
 from sparsecoll import wrap
 from sparsecoll.algorithms import AUTO, REGISTRY, parse_variant
+from sparsecoll.model.choice import library_fault
+from sparsecoll.model.profile import library_name
 from sparsecoll.pattern import family_of
 
 from ..fair_timing import call_orders, creation_order, fresh_buffer
@@ -225,11 +227,20 @@ class Call:
             self.request.Free()
 
 
-def native_reference(workload: Workload, collective: str, size: int) -> numpy.ndarray:
-    """The receive buffer of one blocking call of the MPI library's own collective (collective)."""
-    check = Call(wrap(workload.comm, "native"), collective, make_buffers(workload, collective, size), "blocking")
+def native_reference(workload: Workload, collective: str, size: int, algorithm: str = "native") -> numpy.ndarray:
+    """The receive buffer of one blocking call of the MPI library's own collective (collective), or
+    of ``algorithm``'s."""
+    check = Call(wrap(workload.comm, algorithm), collective, make_buffers(workload, collective, size), "blocking")
     check.free()
     return check.buffers.recv
+
+
+def known_library_fault(world, workload: Workload) -> str | None:
+    """Why the MPI library computes ``workload`` wrongly on some rank, the same on every rank
+    (collective), or None (:func:`sparsecoll.model.choice.library_fault`)."""
+    mine = library_fault(workload.comm.topology, library_name())
+    reasons = [reason for reason in world.allgather(mine) if reason is not None]
+    return reasons[0] if reasons else None
 
 
 def _max_over_ranks(world, value: float) -> float:
@@ -373,11 +384,14 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
         for name in set(chosen.values()) - set(setup):
             setup[name] = _set_up(world, workload, collective, size, Variant(name, name), phase_reps, phase1_cache)
     native = next((v.label for v in columns if v.algorithm == "native" and not v.options), None)
-    reference = None if native is not None else native_reference(workload, collective, size)
+    fault = known_library_fault(world, workload)  # then direct's result is the reference (the standard's)
+    reference = None if native is not None and fault is None else \
+        native_reference(workload, collective, size, "native" if fault is None else "direct")
     results = []
     for mode in modes:
         result = {"workload": workload.spec, "topology": workload.name, "collective": collective,
-                  "family": family_of(collective), "size": size, "mode": mode, "reps": reps, "algorithms": {}}
+                  "family": family_of(collective), "size": size, "mode": mode, "reps": reps, "algorithms": {},
+                  "reference": "native" if fault is None else "direct", "library_fault": fault}
         expected = calls[(native, mode)].buffers.recv if reference is None else reference
         for v in columns:
             variant = (v.label, mode)
