@@ -152,6 +152,29 @@ def test_without_native_in_the_list_results_are_still_checked_against_a_native_c
     assert all(r["algorithms"]["direct"]["agrees_with_native"] is (not broken) for r in results)
 
 
+def test_where_the_library_is_known_wrong_rows_compare_with_direct(monkeypatch):
+    """A workload the MPI library computes wrongly (model.choice.library_fault, e.g. Open MPI's
+    ompi#14430) is checked against direct's result, native column or not, and the row says why."""
+    from mpi4py import MPI
+
+    from sparsecoll.tools.bench import runner
+    from sparsecoll.tools.bench.workloads import build
+    references = []
+    real = runner.native_reference
+
+    def recorded(workload, collective, size, algorithm="native"):
+        references.append(algorithm)
+        return real(workload, collective, size, algorithm)
+    monkeypatch.setattr(runner, "native_reference", recorded)
+    monkeypatch.setattr(runner, "library_fault", lambda topology, library: "a test fault")
+    workload = build("moore:D=2,R=1", MPI.COMM_SELF)
+    results = measure(MPI.COMM_SELF, workload, "allgather", 8, ["native", "direct"], modes=["blocking"], reps=2,
+                      warmup=0, phase_reps=1)
+    assert references == ["direct"]
+    assert [(r["reference"], r["library_fault"]) for r in results] == [("direct", "a test fault")]
+    assert all(entry["agrees_with_native"] for entry in results[0]["algorithms"].values())
+
+
 def test_parse_modes_accepts_comma_lists_and_names_the_option():
     assert parse_modes("persistent, nonpersistent,persistent") == ["persistent", "nonpersistent"]
     for bad in ("", "persistant", ",,", "persistent,often"):
