@@ -144,7 +144,7 @@ def test_without_native_in_the_list_results_are_still_checked_against_a_native_c
     from sparsecoll.tools.bench import runner
     from sparsecoll.tools.bench.workloads import build
     if broken:  # a reference that no algorithm can match: the check must notice
-        monkeypatch.setattr(runner, "native_reference", lambda *args: numpy.full(1, 255, dtype=numpy.uint8))
+        monkeypatch.setattr(runner, "reference_result", lambda *args: numpy.full(1, 255, dtype=numpy.uint8))
     workload = build("moore:D=2,R=1", MPI.COMM_SELF)
     results = measure(MPI.COMM_SELF, workload, "allgather", 8, ["direct"], modes=["persistent", "blocking"], reps=2,
                       warmup=0, phase_reps=1)
@@ -160,12 +160,12 @@ def test_where_the_library_is_known_wrong_rows_compare_with_direct(monkeypatch):
     from sparsecoll.tools.bench import runner
     from sparsecoll.tools.bench.workloads import build
     references = []
-    real = runner.native_reference
+    real = runner.reference_result
 
     def recorded(workload, collective, size, algorithm="native"):
         references.append(algorithm)
         return real(workload, collective, size, algorithm)
-    monkeypatch.setattr(runner, "native_reference", recorded)
+    monkeypatch.setattr(runner, "reference_result", recorded)
     monkeypatch.setattr(runner, "library_fault", lambda topology, library: "a test fault")
     workload = build("moore:D=2,R=1", MPI.COMM_SELF)
     results = measure(MPI.COMM_SELF, workload, "allgather", 8, ["native", "direct"], modes=["blocking"], reps=2,

@@ -19,11 +19,11 @@ cores by default.
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 
 from ..topology.placement import Placement  # noqa: F401  (re-exported: model users name it here)
+from .profile import FileReader
 
 CLASSES = ("socket", "node", "network")
 HOCKNEY_FIELDS = ("alpha", "beta")
@@ -76,18 +76,12 @@ class Machine:
         if "model" not in data and "loads" in data:
             raise ValueError(f"{path}: is a sparsecoll profile (for auto), not a parameter file; write one with "
                              f"'sparsecoll calibrate --model hockney' or '--model loggp'")
-        for key, kind in (("model", str), ("classes", dict)):
-            if not isinstance(data.get(key), kind):
-                raise ValueError(f"{path}: key {key!r}: expected a {kind.__name__}, got {data.get(key)!r}")
+        reader = FileReader(path, ValueError)
+        reader.field(data, "model", "")
         classes = {}
-        for name, values in data["classes"].items():
-            if not isinstance(values, dict):
-                raise ValueError(f"{path}: key 'classes.{name}': expected an object, got {values!r}")
-            for field_name, value in values.items():
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    raise ValueError(f"{path}: key 'classes.{name}.{field_name}': expected a finite number, "
-                                     f"got {value!r}")
-            classes[name] = {field_name: float(value) for field_name, value in values.items()}
+        for name, values in reader.mapping(reader.field(data, "classes", ""), "classes").items():
+            values = reader.mapping(values, f"classes.{name}")
+            classes[name] = {field: reader.number(values, field, f"classes.{name}") for field in values}
         try:
             return cls(data["model"], classes, str(data.get("source", "")))
         except ValueError as exc:

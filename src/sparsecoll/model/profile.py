@@ -167,7 +167,7 @@ class Profile:
     @classmethod
     def from_json(cls, data, path: str = "<profile>") -> Profile:
         """Check and read a profile's dict; :class:`ProfileError` names ``path`` and the key."""
-        reader = _Reader(path)
+        reader = FileReader(path)
         data = reader.mapping(data, "")
         if data.get("format") != FORMAT:
             raise ProfileError(f"{path}: key 'format': expected {FORMAT}, got {data.get('format')!r}")
@@ -194,14 +194,16 @@ class Profile:
         return cls.from_json(data, path)
 
 
-class _Reader:
-    """Checks one profile's dict, naming the file and the key of the first bad value."""
+class FileReader:
+    """Checks one JSON file's dict (a profile; also a parameter file,
+    :meth:`sparsecoll.model.params.Machine.from_json`), raising ``error`` that names the file and
+    the key of the first bad value."""
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, error: type = ProfileError):
+        self.path, self.error = path, error
 
     def fail(self, key: str, problem: str):
-        raise ProfileError(f"{self.path}: key {key!r}: {problem}")
+        raise self.error(f"{self.path}: key {key!r}: {problem}")
 
     def mapping(self, value, key: str) -> dict:
         if not isinstance(value, dict):

@@ -227,9 +227,9 @@ class Call:
             self.request.Free()
 
 
-def native_reference(workload: Workload, collective: str, size: int, algorithm: str = "native") -> numpy.ndarray:
-    """The receive buffer of one blocking call of the MPI library's own collective (collective), or
-    of ``algorithm``'s."""
+def reference_result(workload: Workload, collective: str, size: int, algorithm: str = "native") -> numpy.ndarray:
+    """The receive buffer of one blocking call of ``algorithm``'s collective (collective; by default
+    the MPI library's own)."""
     check = Call(wrap(workload.comm, algorithm), collective, make_buffers(workload, collective, size), "blocking")
     check.free()
     return check.buffers.recv
@@ -386,7 +386,7 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
     native = next((v.label for v in columns if v.algorithm == "native" and not v.options), None)
     fault = known_library_fault(world, workload)  # then direct's result is the reference (the standard's)
     reference = None if native is not None and fault is None else \
-        native_reference(workload, collective, size, "native" if fault is None else "direct")
+        reference_result(workload, collective, size, "native" if fault is None else "direct")
     results = []
     for mode in modes:
         result = {"workload": workload.spec, "topology": workload.name, "collective": collective,
