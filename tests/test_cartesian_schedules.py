@@ -140,6 +140,18 @@ def test_figure2_allgather_tree():
     assert alltoall_schedule(offsets, 3).volume == 12  # z_i = 3 for all four blocks
 
 
+def test_the_allgather_order_counts_zero_coordinates_as_section_3_2_does():
+    """C_k is "the number of different kth coordinates", zero included: here 3, 2, 3 (non-zero
+    only: 2, 2, 2, a tie that kept the plain order and a tree of 9 edges, not 8)."""
+    offsets = [(2, -1, 0), (0, -2, 1), (0, -2, 0), (-1, -1, 1), (2, -2, -1)]
+    schedule = allgather_schedule(offsets, 3)
+    assert schedule.order == (1, 0, 2)
+    assert schedule.volume == 8 == min(allgather_schedule(offsets, 3, order).volume
+                                       for order in itertools.permutations(range(3)))
+    assert allgather_schedule(offsets, 3, (0, 1, 2)).volume == 9
+    assert schedule.rounds == 6  # distinct non-zero coordinates: 2 + 2 + 2
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_combining_counts_per_rank_on_a_torus(family):
     """On a torus every rank sends C messages with V blocks in d steps (Props. 3.2, 3.3)."""

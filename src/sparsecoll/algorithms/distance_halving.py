@@ -1,7 +1,7 @@
 """``distance_halving``: the topology- and load-aware distance-halving neighborhood allgather.
 
 H. Sharifian, A. Sojoodi, A. Afsahi, "A Topology- and Load-Aware Design for Neighborhood
-Allgather", IEEE Cluster 2023 (the paper in ``shared/papers/003_*``). Allgather family only.
+Allgather", 2023 (the paper in ``shared/papers/003_*``). Allgather family only.
 
 Pattern creation (once per topology, collective over the communicator):
 
@@ -58,6 +58,10 @@ Readings and deviations (the pseudo-code is ambiguous or inconsistent in places)
 5. Matrix ``A`` needs every candidate's outgoing neighbors; they are obtained by one
    ``allgather`` of each rank's outgoing neighbors as a bit row (``n/8`` bytes per rank;
    the paper leaves ``calculate_A`` unspecified). A restricts to the step's halves.
+6. Algorithm 4's final step (lines 21-27) sends to "each outgoing rank r in step.Oon"
+   only; here a rank also sends to the destinations in its ``O_org`` lists, the
+   out-neighbors of origins whose blocks it carries. Without them an origin's destination
+   that is not the carrier's own out-neighbor would never get the block.
 """
 
 from __future__ import annotations
@@ -407,7 +411,7 @@ ALGORITHM = Algorithm(
     families=(ALLGATHER,),
     build=build,
     paper="Sharifian, Sojoodi, Afsahi: A Topology- and Load-Aware Design for Neighborhood Allgather, "
-          "IEEE Cluster 2023",
+          "2023 (Algorithms 1-4)",
     options={"ranks_per_socket": None, "sockets_per_node": None},
     check=check_options,
     builds_locally=False,

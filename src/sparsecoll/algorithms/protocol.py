@@ -1,6 +1,6 @@
 """The point-to-point traffic of pattern-building protocols, counted, on a communicator of their own.
 
-``common_neighbor`` (HiPC 2017, Algorithms 1 and 2) and ``distance_halving`` (Cluster 2023,
+``common_neighbor`` (HiPC 2017, Algorithms 1 and 2) and ``distance_halving`` (Sharifian et al. 2023,
 Algorithms 1-3) build their Patterns by exchanging small Python objects. Both run on a
 duplicate of the runtime's private communicator (:func:`protocol_communicator`), so their
 tags never meet the messages of collective calls still in flight, and count what they send

@@ -210,7 +210,7 @@ def estimate_common_neighbor(topology, family: str, options: dict, load: Load, p
 
 
 def estimate_distance_halving(topology, family: str, options: dict, load: Load, placement) -> Cost:
-    """Distance halving (Cluster 2023) from the paper's eqs. 1-3 at this rank's density."""
+    """Distance halving (Sharifian et al. 2023) from the paper's eqs. 1-3 at this rank's density."""
     n, d = topology.size, topology.outdegree
     delta = min(d / max(n - 1, 1), 1.0)
     L = placement.L if placement is not None else n

@@ -19,7 +19,8 @@ destinations. The same object makes the virtual-rank Topologies of the simulator
 * ``moore``: the Moore neighborhood of dimension ``D`` and radius ``R`` (HiPC 2017 §V-B,
   2023 paper §VII-B): ranks on a periodic ``D``-dimensional grid whose dims come from
   ``MPI.Compute_dims``; each rank sends to every rank within Chebyshev distance ``R``
-  (``(2R+1)^D - 1`` neighbors). The offsets are listed in lexicographic order; rank
+  (``(2R+1)^D - 1`` neighbors; HiPC 2017 calls ``R`` a "(Manhattan) distance" but counts
+  ``(2R+1)^D - 1`` neighbors, which is the Chebyshev ball). The offsets are listed in lexicographic order; rank
   ``r`` sends along offset ``c`` to ``r + c`` and receives along it from ``r - c``
   (the isomorphic neighborhoods of Träff and Hunold, ICPP 2019), so grids smaller than
   ``2R+1`` in a dimension give repeated neighbors and self loops, as MPI allows.
