@@ -25,6 +25,7 @@ from mpi4py import MPI
 
 from .buffers import parse_simple
 from .checks import is_integer, positive_integer
+from .execute import DEFAULT_EXECUTOR
 from .hierarchy import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name, objects
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .pattern import family_of
@@ -857,7 +858,7 @@ _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgrap
 
 
 def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, rebind: bool = False,
-         executor: str = "steps", profile=None, verify_choice: bool = False, info=None,
+         executor: str = DEFAULT_EXECUTOR, profile=None, verify_choice: bool = False, info=None,
          executor_options=None, **options):
     """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll, or an
     intracommunicator so its global collectives run the universal hierarchical algorithm.
@@ -875,7 +876,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     leaders call; default: the library's, see :class:`sparsecoll.hierarchy.Hierarchy`) and
     ``reduce="fixed"`` (default: fixed leaders) or ``"dynamic"`` (``Reduce`` and ``Allreduce`` with
     dynamic leaders, :mod:`sparsecoll.hierarchy.reduce_dynamic`; :meth:`hierarchy_stats` reports
-    which). A topology communicator's global collectives stay the library's unless
+    which). The other arguments are a topology communicator's and raise TypeError here.
+    A topology communicator's global collectives stay the library's unless
     ``global_collectives="hierarchical"`` (measured here on one machine, where the library's
     collectives already use shared memory, the hierarchical ones are slower: benchmarks/hierarchy);
     it then takes the same options, and its first global collective makes the node structure
@@ -906,7 +908,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     ``verify_choice=True`` times the first blocking calls of a choice that is not ``native``
     against it and switches back where the choice loses, and times a persistent request's
     choice, or the model's near miss, against ``native`` at its init (every rank must pass the
-    same value). auto asks, as MPI libraries do when they pick a collective
+    same value); with another algorithm both raise TypeError. auto asks, as MPI libraries do when they pick a collective
     algorithm by message size, that a regular call (allgather, alltoall) passes the same
     block size on every rank; where the first call does not, it decides once for all calls.
 
@@ -939,11 +941,18 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     """
     wrapper_class = next((wrapper for mpi_class, wrapper in _WRAPPERS if isinstance(comm, mpi_class)), None)
     hierarchy_options = {name: options.pop(name) for name in HIERARCHY_OPTIONS if name in options}
-    global_collectives = options.pop("global_collectives", "library")
     if wrapper_class is None and isinstance(comm, MPI.Intracomm):
-        if info is not None:
-            raise TypeError("info: the persistence levels are for topology communicators")
+        neighborhood_only = {"topology": topology is not None, "rebind": rebind is not False,
+                             "executor": executor != DEFAULT_EXECUTOR, "profile": profile is not None,
+                             "verify_choice": verify_choice is not False, "info": info is not None,
+                             "executor_options": executor_options is not None,
+                             "global_collectives": "global_collectives" in options}
+        given = [name for name, differs in neighborhood_only.items() if differs]
+        if given:
+            raise TypeError(f"{given[0]}: is for topology communicators (their neighborhood collectives); "
+                            f"{type(comm).__name__} has none")
         return _wrap_intracomm(comm, algorithm, options, hierarchy_options)
+    global_collectives = options.pop("global_collectives", "library")
     if wrapper_class is None:
         raise TypeError("comm: expected an mpi4py intracommunicator or topology communicator (Cartcomm, "
                         f"Graphcomm or Distgraphcomm), got {type(comm).__name__}")

@@ -64,6 +64,7 @@ from hypothesis import strategies as st
 from mpi4py import MPI
 
 import sparsecoll
+from sparsecoll.model.profile import BUILTIN
 
 from . import cases
 
@@ -935,6 +936,17 @@ def test_bad_options_raise_at_wrap_time():
                          lambda: sparsecoll.wrap(cart, profile="no-such-profile.json"))
             expect_error(failures, "verify_choice=1", TypeError, "verify_choice",
                          lambda: sparsecoll.wrap(cart, verify_choice=1))
+            # arguments that would change nothing are refused, not dropped (they were ignored)
+            expect_error(failures, "a profile for direct", TypeError, "profile: only algorithm='auto'",
+                         lambda: sparsecoll.wrap(cart, "direct", profile=BUILTIN))
+            expect_error(failures, "verify_choice for direct", TypeError, "verify_choice: only algorithm='auto'",
+                         lambda: sparsecoll.wrap(cart, "direct", verify_choice=True))
+            for name, value in (("executor", "bogus"), ("rebind", True), ("profile", BUILTIN),
+                                ("verify_choice", True), ("executor_options", {}), ("topology", object()),
+                                ("global_collectives", "hierarchical"), ("info", {})):
+                expect_error(failures, f"{name} for an intracommunicator", TypeError,
+                             f"{name}: is for topology communicators",
+                             lambda name=name, value=value: sparsecoll.wrap(WORLD, **{name: value}))
     finally:
         cart.Free()
         raw.Free()

@@ -102,6 +102,10 @@ def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
         raise TypeError(f"rebind: expected a bool, got {type(rebind).__name__}")
     if not isinstance(verify_choice, bool):
         raise TypeError(f"verify_choice: expected a bool, got {type(verify_choice).__name__}")
+    if algorithm != algorithms.AUTO and profile is not None:
+        raise TypeError(f"profile: only algorithm='auto' chooses by a profile; {algorithm!r} runs as named")
+    if algorithm != algorithms.AUTO and verify_choice:
+        raise TypeError(f"verify_choice: only algorithm='auto' makes a choice to verify; {algorithm!r} runs as named")
     checked = algorithms.check_options(algorithm, with_loggp_file(options), size)
     chosen_profile = resolve_profile(profile) if algorithm == algorithms.AUTO else BUILTIN
     return Plan(algorithm, MappingProxyType(dict(checked)), rebind, executor, chosen_profile, verify_choice,
