@@ -7,7 +7,10 @@ class (``Cartcomm``, ``Graphcomm`` or ``Distgraphcomm``) sharing its handle, as
 ``mpi4py.util.pkl5`` does, so every other method keeps working. Each mpi4py-named method
 below is written out: with the ``native`` algorithm it calls mpi4py's own method, otherwise
 it hands the call to the handle's runtime (:mod:`sparsecoll.runtime`), which owns caching,
-tags, binding and progress. This module holds none of that.
+tags, binding, progress and ``auto``'s decisions. This module decides none of that: a wrapper
+keeps the runtime's answer per collective (``_sc_calls``) and, for ``auto``, installs the
+methods the runtime gives it (:func:`sparsecoll.runtime.auto.wrapper_methods`), so settled
+calls skip the wrapper's frames.
 
 Errors: bad arguments raise ValueError or TypeError naming the argument on the rank that
 passed them, before that rank sends anything. The other ranks, if they passed good
@@ -29,7 +32,7 @@ from .execute import DEFAULT_EXECUTOR
 from .hierarchy import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name, objects
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .pattern import family_of
-from .runtime import CommRuntime, PendingPrivate, Plan, existing_runtime, make_plan, runtime_of
+from .runtime import CommRuntime, PendingPrivate, Plan, auto, existing_runtime, make_plan, runtime_of
 from .runtime import persistence as levels
 from .topology import PROC_NULL, Topology, from_comm
 from .topology import cartesian as cartesian_topology
@@ -346,10 +349,9 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
 
         Kept in the wrapper's ``_sc_calls`` as a shortcut; the runtime decides what it is from
         the wrapper's Plan and agreed numbers alone, so a shortcut hit or miss changes nothing.
-        Forms that ``auto`` sends to the library for every call get the library's method as
-        an attribute of this wrapper, so their calls run no sparsecoll code at all; the other
-        blocking and nonblocking forms get the dispatch's settled method (a call whose size class
-        is read without a parse and whose choice is final runs it at once).
+        For ``auto`` the wrapper then takes, as attributes, the methods
+        :func:`sparsecoll.runtime.auto.wrapper_methods` gives (the library's own method for a
+        form whose every call goes there, the dispatch's settled method for the others).
         """
         calls = self.__dict__.get("_sc_calls")
         if calls is None:
@@ -369,42 +371,22 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
             method = runtime.before_decision(self._sc_plan, collective, library["nonblocking"])
             return self._sc_library_until_decided(collective, method)
         call = calls[collective] = runtime.auto_dispatch(self._sc_plan, collective, library, sendbuf, recvbuf)
-        library_only = call.native_forms()
-        for form in library_only:
-            name = METHOD_NAMES[collective][form]
-            if hasattr(MPI.Topocomm, name):
-                self.__dict__[name] = library[form] if exact else getattr(super(), name)
-        for form in ("blocking", "nonblocking"):
-            if form in library_only:
-                continue
-            name = METHOD_NAMES[collective][form]
-            method = getattr(type(self), name).__get__(self)
-            settled = None if exact else call.settled_method(form, method)
-            if call.library_below.get(form):  # outermost: one comparison sends a small call to the library
-                self.__dict__[name] = _library_shortcut(call.library_below, form, library[form], settled or method)
-            elif settled is not None:
-                self.__dict__[name] = settled
+        names = METHOD_NAMES[collective]
+
+        def class_method(form):
+            return getattr(type(self), names[form]).__get__(self)
+        for form, method in auto.wrapper_methods(call, library, class_method).items():
+            self.__dict__[names[form]] = method
         return call
 
     def _sc_library_until_decided(self, collective: str, library_method):
         """An ``auto`` nonblocking call made before ``collective`` was decided: the library's own call
         (``library_method``; ``direct``'s where the library fails: :meth:`.CommRuntime.before_decision`).
-
-        This wrapper's nonblocking method becomes one that sends calls to the library while the
-        handle's dispatch of ``collective`` does not exist (one list read per call), and to the
-        class's method after (which takes the dispatch); the dispatch's existence, not this
-        wrapper's history, decides, since every rank makes it at the same call."""
+        This wrapper's nonblocking method becomes :func:`.auto.until_decided`."""
         name = METHOD_NAMES[collective]["nonblocking"]
         decided = self._sc_attach().decided_flag(self._sc_plan, collective)
-        decided_method = getattr(type(self), name).__get__(self)
-
-        def until_decided(sendbuf, recvbuf):
-            if decided[0]:
-                return decided_method(sendbuf, recvbuf)
-            return library_method(sendbuf, recvbuf)
-        until_decided.__name__, until_decided.__doc__ = decided_method.__name__, decided_method.__doc__
-        self.__dict__[name] = until_decided
-        return _LibraryCall(library_method)
+        self.__dict__[name] = auto.until_decided(decided, getattr(type(self), name).__get__(self), library_method)
+        return auto.LibraryCall(library_method)
 
     def _sc_check_library_calls(self) -> None:
         """``native`` with ``cdag_exact_byte_communications``: every collective method checks its
@@ -420,9 +402,10 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         library = super()
         if collective == "allgatherw":
             as_w = self._allgatherw_as_alltoallw
-            return {"blocking": lambda s, r: library.Neighbor_alltoallw(*as_w(s, r)),
-                    "nonblocking": lambda s, r: library.Ineighbor_alltoallw(*as_w(s, r)),
-                    "persistent": lambda s, r, info: library.Neighbor_alltoallw_init(*as_w(s, r), info)}
+            return {"blocking": lambda sendbuf, recvbuf: library.Neighbor_alltoallw(*as_w(sendbuf, recvbuf)),
+                    "nonblocking": lambda sendbuf, recvbuf: library.Ineighbor_alltoallw(*as_w(sendbuf, recvbuf)),
+                    "persistent": lambda sendbuf, recvbuf, info=MPI.INFO_NULL:
+                        library.Neighbor_alltoallw_init(*as_w(sendbuf, recvbuf), info)}
         return {form: getattr(library, name) for form, name in METHOD_NAMES[collective].items()}
 
     def _sc_adopt(self, new, *, attach: bool = True):
@@ -744,42 +727,6 @@ class CartNeighborhoodComm(Distgraphcomm):
     def _offset(self, offset) -> tuple:
         (offset,) = check_offsets([offset], self.grid.ndim)
         return offset
-
-
-class _LibraryCall:
-    """A nonblocking call run by the library's own method, in a CallPlan's shape
-    (``call.runtime.nonblocking(call, ...)``)."""
-
-    __slots__ = ("_method",)
-
-    def __init__(self, method):
-        self._method = method
-
-    @property
-    def runtime(self):
-        return self
-
-    def nonblocking(self, _, sendbuf, recvbuf):
-        return self._method(sendbuf, recvbuf)
-
-
-def _library_shortcut(limits: dict, form: str, library_method, method):
-    """``method`` (a wrapper's auto method) with calls whose receive array is smaller than
-    ``limits[form]`` bytes sent straight to ``library_method`` (:attr:`AutoDispatch.library_below`).
-
-    The receive array is ``recvbuf`` itself or the first entry of its buffer spec (a list or
-    tuple); the blocks a valid call receives lie in it, so their bytes are at most its size,
-    whatever the spec's count, displacement or datatype say: a smaller array means a smaller class.
-    """
-    ndarray, specs = numpy.ndarray, (list, tuple)
-
-    def shortcut(sendbuf, recvbuf):
-        array = recvbuf[0] if type(recvbuf) in specs and recvbuf else recvbuf
-        if type(array) is ndarray and array.nbytes < limits[form]:
-            return library_method(sendbuf, recvbuf)
-        return method(sendbuf, recvbuf)
-    shortcut.__name__, shortcut.__doc__ = method.__name__, method.__doc__
-    return shortcut
 
 
 def _listed(weights):

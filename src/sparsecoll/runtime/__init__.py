@@ -1,6 +1,7 @@
 """The runtime: per-communicator plans from pattern to bound schedule to executor on a channel.
 
-The interface (:mod:`sparsecoll.comm`) only forwards calls here. The runtime keeps these
+The interface (:mod:`sparsecoll.comm`) forwards calls here and installs, per wrapper, the
+methods ``auto`` settles on (:func:`.auto.wrapper_methods`); it decides nothing itself. The runtime keeps these
 invariants, and each is enforced in one place:
 
 (a) Whatever changes the messages (the algorithm ``auto`` resolves to, the pattern, the

@@ -18,7 +18,7 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   edge, the collective is *pinned*: every call uses the class agreed at the first call
   (the largest over ranks). A form whose table says ``native`` for every class it can be
   called with goes straight to the library (the wrapper then calls the library's method
-  itself, with no sparsecoll code on the path: see ``_sc_prepare`` in :mod:`sparsecoll.comm`).
+  itself, with no sparsecoll code on the path: :func:`wrapper_methods`, which the wrapper installs).
   A form whose table says ``native`` for every class below some size gets a shortcut: a
   call whose numpy receive array (plain or in a buffer spec) is smaller than that goes to the library after one
   comparison (:attr:`AutoDispatch.library_below`), since parsing the arguments to find the
@@ -585,3 +585,85 @@ def local_class(runtime, collective: str, sendbuf, recvbuf) -> int:
     """The size class of this rank's call (:data:`UNKNOWN` if it cannot tell)."""
     nbytes = block_bytes(runtime, collective, sendbuf, recvbuf)
     return UNKNOWN if nbytes == UNKNOWN else model.size_class(nbytes)
+
+
+def wrapper_methods(dispatch: AutoDispatch, library: dict, class_method) -> dict:
+    """What a wrapper puts in place of its class's methods for ``dispatch``'s collective: form ->
+    callable, installed on the wrapper by :mod:`sparsecoll.comm` (forms left out keep the class's).
+
+    * a form whose every call goes to the library (:meth:`AutoDispatch.native_forms`): the
+      library's method itself, so its calls run no sparsecoll code;
+    * a blocking or nonblocking form with a size below which the library runs
+      (:attr:`AutoDispatch.library_below`): :func:`library_shortcut` around the settled method;
+    * else the settled method (:meth:`AutoDispatch.settled_method`) where there is one.
+
+    ``library``: the library's method per form, with the wrapper's method's signature (checked
+    against the weights under ``cdag_exact_byte_communications``, where no call is settled);
+    ``class_method(form)``: the wrapper class's method bound to the wrapper.
+    Local: every entry follows from the dispatch's tables, decided at calls every rank makes.
+    """
+    methods = {}
+    library_only = dispatch.native_forms()
+    for form in library_only:
+        methods[form] = library[form]
+    for form in ("blocking", "nonblocking"):
+        if form in library_only:
+            continue
+        method = class_method(form)
+        settled = None if dispatch.by_weights else dispatch.settled_method(form, method)
+        if dispatch.library_below.get(form):  # outermost: one comparison sends a small call to the library
+            methods[form] = library_shortcut(dispatch.library_below, form, library[form], settled or method)
+        elif settled is not None:
+            methods[form] = settled
+    return methods
+
+
+def library_shortcut(limits: dict, form: str, library_method, method):
+    """``method`` (a wrapper's auto method) with calls whose receive array is smaller than
+    ``limits[form]`` bytes sent straight to ``library_method`` (:attr:`AutoDispatch.library_below`).
+
+    The receive array is ``recvbuf`` itself or the first entry of its buffer spec (a list or
+    tuple); the blocks a valid call receives lie in it, so their bytes are at most its size,
+    whatever the spec's count, displacement or datatype say: a smaller array means a smaller class.
+    """
+    ndarray, specs = numpy.ndarray, (list, tuple)
+
+    def shortcut(sendbuf, recvbuf):
+        array = recvbuf[0] if type(recvbuf) in specs and recvbuf else recvbuf
+        if type(array) is ndarray and array.nbytes < limits[form]:
+            return library_method(sendbuf, recvbuf)
+        return method(sendbuf, recvbuf)
+    shortcut.__name__, shortcut.__doc__ = method.__name__, method.__doc__
+    return shortcut
+
+
+def until_decided(decided: list, decided_method, library_method):
+    """A wrapper's nonblocking method before its collective's dispatch exists: calls go to
+    ``library_method`` while ``decided[0]`` (:meth:`.CommRuntime.decided_flag`) is false, to
+    ``decided_method`` (the class's, which takes the dispatch) after. The dispatch's existence,
+    not the wrapper's history, decides, since every rank makes it at the same call."""
+    def method(sendbuf, recvbuf):
+        if decided[0]:
+            return decided_method(sendbuf, recvbuf)
+        return library_method(sendbuf, recvbuf)
+    method.__name__, method.__doc__ = decided_method.__name__, decided_method.__doc__
+    return method
+
+
+class LibraryCall:
+    """A nonblocking call run by the library's own method, in a CallPlan's shape
+    (``call.runtime.nonblocking(call, ...)``): what a wrapper runs before the dispatch exists."""
+
+    __slots__ = ("_method",)
+
+    def __init__(self, method):
+        self._method = method
+
+    @property
+    def runtime(self):
+        """Itself: it runs the call."""
+        return self
+
+    def nonblocking(self, _, sendbuf, recvbuf):
+        """The library's nonblocking call."""
+        return self._method(sendbuf, recvbuf)
