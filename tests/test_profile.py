@@ -461,3 +461,10 @@ def test_library_version_drops_the_nul_open_mpi_ends_it_with(monkeypatch):
     from sparsecoll.model.profile import library_version
     monkeypatch.setattr(MPI, "Get_library_version", lambda: "Open MPI v5.0.11, package: x\x00\nsecond line\n")
     assert library_version() == "Open MPI v5.0.11, package: x"
+
+
+def test_a_profile_levels_are_self_then_the_placement_pair_classes():
+    """profile.LEVELS spells the pair classes out (it loads without MPI); they must stay equal."""
+    from sparsecoll.model.profile import LEVELS
+    from sparsecoll.topology.placement import PAIR_CLASSES
+    assert LEVELS == ("self",) + PAIR_CLASSES

@@ -30,6 +30,7 @@ from .buffers import parse_simple
 from .checks import is_integer, positive_integer
 from .execute import DEFAULT_EXECUTOR
 from .hierarchy import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name, objects
+from .hierarchy.offsets import exclusive_sum
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .pattern import family_of
 from .runtime import CommRuntime, PendingPrivate, Plan, auto, existing_runtime, make_plan, runtime_of
@@ -588,7 +589,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
                              [numpy.array([len(data)], dtype=numpy.int64), MPI.INT64_T],
                              [sizes, MPI.INT64_T])
         received = bytearray(int(sizes.sum()))
-        displs = _displacements(sizes)
+        displs = exclusive_sum(sizes)
         runtime.run_uncached(self._sc_object_call("allgatherv"), [data, MPI.BYTE],
                              [received, (sizes.tolist(), displs.tolist()), MPI.BYTE])
         return [None if s == PROC_NULL else MPI.pickle.loads(bytes(received[d:d + n]))
@@ -613,8 +614,8 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         runtime.run_uncached(self._sc_object_call("alltoall"), [send_sizes, MPI.INT64_T], [recv_sizes, MPI.INT64_T])
         data = b"".join(pickled)
         received = bytearray(int(recv_sizes.sum()))
-        recv_displs = _displacements(recv_sizes)
-        send_displs = _displacements(send_sizes)
+        recv_displs = exclusive_sum(recv_sizes)
+        send_displs = exclusive_sum(send_sizes)
         runtime.run_uncached(self._sc_object_call("alltoallv"),
                              [data, (send_sizes.tolist(), send_displs.tolist()), MPI.BYTE],
                              [received, (recv_sizes.tolist(), recv_displs.tolist()), MPI.BYTE])
@@ -662,11 +663,6 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         if pending is not None:  # an Idup'd copy that never needed its runtime
             pending.drop()
         super().Free()  # deletes the attribute, which frees the runtime
-
-
-def _displacements(sizes: numpy.ndarray) -> numpy.ndarray:
-    """Contiguous displacements of blocks of the given sizes."""
-    return (numpy.cumsum(sizes) - sizes).astype(numpy.int64)
 
 
 class Cartcomm(NeighborhoodMixin, MPI.Cartcomm):

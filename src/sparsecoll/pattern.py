@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 ALLGATHER = "allgather"
 ALLTOALL = "alltoall"
 FAMILIES = (ALLGATHER, ALLTOALL)
+#: The regular collectives: one block size for every edge (the v/w ones give sizes per edge).
+REGULAR = (ALLGATHER, ALLTOALL)
 
 Item = tuple
 

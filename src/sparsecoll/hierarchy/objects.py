@@ -24,6 +24,7 @@ import numpy
 from mpi4py import MPI
 
 from ..checks import is_integer
+from .offsets import exclusive_sum
 
 BYTE = MPI.BYTE
 
@@ -34,7 +35,7 @@ def allgather(comm, sendobj) -> list:
     sizes = numpy.empty(comm.Get_size(), numpy.int64)
     comm.Allgather(numpy.array([data.size], numpy.int64), sizes)
     received = numpy.empty(int(sizes.sum()), numpy.uint8)
-    comm.Allgatherv([data, BYTE], [received, (sizes, _displacements(sizes)), BYTE])
+    comm.Allgatherv([data, BYTE], [received, (sizes, exclusive_sum(sizes)), BYTE])
     return _loads(received, sizes)
 
 
@@ -48,8 +49,8 @@ def alltoall(comm, sendobj) -> list:
     recv_sizes = numpy.empty(size, numpy.int64)
     comm.Alltoall(send_sizes, recv_sizes)
     received = numpy.empty(int(recv_sizes.sum()), numpy.uint8)
-    comm.Alltoallv([data, (send_sizes, _displacements(send_sizes)), BYTE],
-                   [received, (recv_sizes, _displacements(recv_sizes)), BYTE])
+    comm.Alltoallv([data, (send_sizes, exclusive_sum(send_sizes)), BYTE],
+                   [received, (recv_sizes, exclusive_sum(recv_sizes)), BYTE])
     return _loads(received, recv_sizes)
 
 
@@ -77,7 +78,7 @@ def gather(comm, sendobj, root: int):
         comm.Gatherv([data, BYTE], None, root)
         return None
     received = numpy.empty(int(sizes.sum()), numpy.uint8)
-    comm.Gatherv([data, BYTE], [received, (sizes, _displacements(sizes)), BYTE], root)
+    comm.Gatherv([data, BYTE], [received, (sizes, exclusive_sum(sizes)), BYTE], root)
     return _loads(received, sizes)
 
 
@@ -93,7 +94,7 @@ def scatter(comm, sendobj, root: int):
     mine = numpy.empty(1, numpy.int64)
     comm.Scatter(sizes, mine, root)
     received = numpy.empty(int(mine[0]), numpy.uint8)
-    comm.Scatterv(None if data is None else [data, (sizes, _displacements(sizes)), BYTE], [received, BYTE], root)
+    comm.Scatterv(None if data is None else [data, (sizes, exclusive_sum(sizes)), BYTE], [received, BYTE], root)
     return MPI.pickle.loads(received)
 
 
@@ -115,14 +116,8 @@ def _dumps(obj) -> numpy.ndarray:
 
 
 def _loads(received: numpy.ndarray, sizes: numpy.ndarray) -> list:
-    starts = _displacements(sizes)
+    starts = exclusive_sum(sizes)
     return [MPI.pickle.loads(received[start:start + size]) for start, size in zip(starts.tolist(), sizes.tolist())]
-
-
-def _displacements(sizes: numpy.ndarray) -> numpy.ndarray:
-    starts = numpy.zeros(len(sizes), numpy.int64)
-    numpy.cumsum(sizes[:-1], out=starts[1:])
-    return starts
 
 
 def _sequence(obj, size: int, arg: str) -> list:

@@ -105,7 +105,8 @@ class Cost:
 
 
 def _level_of(placement, rank: int):
-    """The placement level of a message from ``rank`` to ``peer``."""
+    """The placement level of a message from ``rank`` to ``peer``; with no placement (a
+    calibration's fit, all ranks on one machine) every other rank is on the same socket."""
     if placement is None:
         return lambda peer: "self" if peer == rank else "socket"
     return lambda peer: "self" if peer == rank else placement.pair_class(rank, peer)

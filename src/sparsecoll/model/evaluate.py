@@ -70,7 +70,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from .params import CLASSES, Machine, Placement
+from .params import PAIR_CLASSES, Machine, Placement
 
 
 @dataclass
@@ -114,19 +114,17 @@ class Prediction:
 
 
 def _classes(src, dst, placement: Placement | None) -> numpy.ndarray:
-    """Pair class index per message (0 socket, 1 node, 2 network)."""
+    """Pair class index per message (0 socket, 1 node, 2 network); with no placement every
+    message is charged as a network one (the papers' models, for ranks on separate nodes)."""
     if placement is None:
         return numpy.full(src.shape, 2, dtype=numpy.int64)
-    per_node = placement.L * placement.S
-    same_socket = (src // placement.L) == (dst // placement.L)
-    same_node = (src // per_node) == (dst // per_node)
-    return numpy.where(same_socket, 0, numpy.where(same_node, 1, 2))
+    return placement.pair_class_indices(src, dst)
 
 
 def _costs(machine: Machine, cls: numpy.ndarray, m: numpy.ndarray) -> dict:
     """Per-message cost arrays (see the module docstring's table)."""
     def param(name):
-        return numpy.array([float(machine.params(c)[name]) for c in CLASSES])[cls]
+        return numpy.array([float(machine.params(c)[name]) for c in PAIR_CLASSES])[cls]
 
     if machine.model == "hockney":
         T = param("alpha") + m * param("beta")

@@ -22,10 +22,12 @@ import json
 import os
 from dataclasses import dataclass
 
-from ..topology.placement import Placement  # noqa: F401  (re-exported: model users name it here)
+from ..topology.placement import (
+    PAIR_CLASSES,
+    Placement,  # noqa: F401  (re-exported: model users name it here)
+)
 from .profile import FileReader
 
-CLASSES = ("socket", "node", "network")
 HOCKNEY_FIELDS = ("alpha", "beta")
 LOGGP_FIELDS = ("L", "o", "g", "G")
 MODELS = {"hockney": HOCKNEY_FIELDS, "loggp": LOGGP_FIELDS}
@@ -45,8 +47,8 @@ class Machine:
         if not self.classes:
             raise ValueError("classes: at least one pair class needs parameters")
         for name, values in self.classes.items():
-            if name not in CLASSES:
-                raise ValueError(f"classes: unknown pair class {name!r}; known: {list(CLASSES)}")
+            if name not in PAIR_CLASSES:
+                raise ValueError(f"classes: unknown pair class {name!r}; known: {list(PAIR_CLASSES)}")
             missing = [f for f in MODELS[self.model] if f not in values]
             if missing:
                 raise ValueError(f"classes[{name!r}]: {self.model} needs {missing}")
@@ -57,11 +59,11 @@ class Machine:
         """The parameters of ``pair_class`` (falling back to the nearest class present)."""
         if pair_class in self.classes:
             return self.classes[pair_class]
-        i = CLASSES.index(pair_class)
-        for distance in range(1, len(CLASSES)):
+        i = PAIR_CLASSES.index(pair_class)
+        for distance in range(1, len(PAIR_CLASSES)):
             for j in (i + distance, i - distance):
-                if 0 <= j < len(CLASSES) and CLASSES[j] in self.classes:
-                    return self.classes[CLASSES[j]]
+                if 0 <= j < len(PAIR_CLASSES) and PAIR_CLASSES[j] in self.classes:
+                    return self.classes[PAIR_CLASSES[j]]
         raise KeyError(pair_class)  # unreachable: classes is not empty
 
     def to_json(self) -> dict:
@@ -112,13 +114,13 @@ class Machine:
 
 def hockney(alpha: float, beta: float, source: str = "", pair_class: str | None = None) -> Machine:
     """A Hockney Machine with the same ``alpha``, ``beta`` for one class (or all)."""
-    names = CLASSES if pair_class is None else (pair_class,)
+    names = PAIR_CLASSES if pair_class is None else (pair_class,)
     return Machine("hockney", {c: {"alpha": alpha, "beta": beta} for c in names}, source)
 
 
 def loggp(L: float, o: float, g: float, G: float, source: str = "", pair_class: str | None = None) -> Machine:
     """A LogGP Machine with the same parameters for one class (or all)."""
-    names = CLASSES if pair_class is None else (pair_class,)
+    names = PAIR_CLASSES if pair_class is None else (pair_class,)
     return Machine("loggp", {c: {"L": L, "o": o, "g": g, "G": G} for c in names}, source)
 
 

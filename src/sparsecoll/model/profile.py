@@ -57,6 +57,8 @@ from ..pattern import FAMILIES
 
 FORMAT = 1
 ENVIRONMENT = "SPARSECOLL_PROFILE"
+#: Where a message goes: to itself, then :data:`sparsecoll.topology.placement.PAIR_CLASSES`
+#: (spelled out: this module loads without MPI, for ``sparsecoll calibrate -h``; a test holds them equal).
 LEVELS = ("self", "socket", "node", "network")
 LEVEL_FIELDS = ("alpha", "beta", "overhead")
 #: Level fields a profile may leave out (profiles written before they were measured), and their default.

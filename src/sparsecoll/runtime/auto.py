@@ -75,6 +75,7 @@ from mpi4py import MPI
 from ..model import choice as model
 from ..model.calibrate import timed_medians
 from ..model.profile import FORMS, library_name, ranks_per_core, ranks_per_node
+from ..pattern import REGULAR
 from ..topology.placement import node_cores
 from ..topology.placement import resolve as resolve_placement
 
@@ -90,7 +91,6 @@ PERSISTENT_TRIALS = 25
 TRIAL_BAND = 1.0
 #: A tried candidate replaces ``native`` if its measured time is at most this times native's.
 TRIAL_WIN = 0.95
-REGULAR = ("allgather", "alltoall")
 LAST_CLASS = model.CLASSES - 1
 UNKNOWN = -1  # a rank that cannot tell the block size of a regular call (no edge in the alltoall family)
 

@@ -24,7 +24,7 @@ from ..checks import nonnegative_integer
 from ..execute import StepExecutor as Executor  # the size pass and request counts use the default
 from ..model.choice import library_fault, local_nonblocking_library_fault, size_class
 from ..model.profile import FORMS, library_name
-from ..pattern import FAMILIES, family_of, stats
+from ..pattern import FAMILIES, REGULAR, family_of, stats
 from ..topology import Topology, from_comm
 from . import persistence as levels
 from .auto import UNKNOWN, AutoDispatch, FamilyModel, local_class
@@ -49,7 +49,6 @@ PARSERS = {
     "alltoallv": (parse_vector, True, parse_vector),
     "alltoallw": (parse_w, True, parse_w),
 }
-REGULAR = ("allgather", "alltoall")
 
 
 class CommRuntime:

@@ -32,7 +32,7 @@ from sparsecoll.model.calibrate import (
     ping_pong,
     round_trip_chain,
 )
-from sparsecoll.model.profile import library_version
+from sparsecoll.model.profile import LEVELS, library_version
 
 #: Default repetitions of ``--model profile`` (per variant) and of ``hockney`` / ``loggp`` (per size).
 PROFILE_REPS, PARAMETER_REPS = 2000, 200
@@ -49,7 +49,7 @@ def add_arguments(parser) -> None:
                         help=f"repetitions per variant (profile, default {PROFILE_REPS}: at 4 ranks per core the "
                              f"fit of 400 moved by 20%% between runs, of 2000 by 5%%) or per size (hockney, loggp, "
                              f"default {PARAMETER_REPS})")
-    parser.add_argument("--pair-class", default="socket", choices=("socket", "node", "network"),
+    parser.add_argument("--pair-class", default="socket", choices=LEVELS[1:],
                         help="the pair class the two ranks form (default: socket)")
     parser.add_argument("--np", type=int, default=2,
                         help="ranks to launch when not already under mpiexec (default 2); more ranks than "

@@ -7,6 +7,8 @@ import time
 
 import numpy
 
+from sparsecoll.pattern import REGULAR
+
 DEFAULT_RANKS = 4
 
 
@@ -35,7 +37,7 @@ def _case(comm, collective: str, count: int):
 def _specs(collective: str, send, recv, comm, count: int):
     from mpi4py import MPI
     topology = comm.topology
-    if collective in ("allgather", "alltoall"):
+    if collective in REGULAR:
         return send, recv
     if collective == "allgatherv":
         return send, [recv, [count] * topology.indegree, MPI.INT32_T]

@@ -34,10 +34,9 @@ from mpi4py import MPI
 
 from sparsecoll import cart_neighborhood_create, wrap
 from sparsecoll.model.calibrate import PROFILE_LARGE, PROFILE_SMALL, PROFILE_STENCIL, eager_straddle, ping_pong
+from sparsecoll.model.profile import FORMS
 
 from .fair_timing import call_orders, fix_malloc_threshold, fresh_buffer
-
-FORMS = ("blocking", "nonblocking", "persistent")
 
 
 def _caller(comm, form: str, send, recv, family: str = "alltoall"):

@@ -15,6 +15,8 @@ import json
 import os
 from pathlib import Path
 
+from sparsecoll.pattern import FAMILIES
+
 DEFAULT_PARAMS = "sparsecoll-params.json"
 
 
@@ -32,7 +34,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--execution", default="steps",
                         help="comma list of steps (a step starts when the rank's previous one is done) and "
                              "dag (each message as soon as its dependencies allow); the first gives 'latency'")
-    parser.add_argument("--family", default="allgather", choices=("allgather", "alltoall"))
+    parser.add_argument("--family", default="allgather", choices=FAMILIES)
     parser.add_argument("--sizes", default="4,64,1024", help="bytes per block, comma separated")
     parser.add_argument("--placement", default=None, help="LxS: L ranks per socket, S sockets per node")
     parser.add_argument("--params", default=None,

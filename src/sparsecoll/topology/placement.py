@@ -30,9 +30,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy
+
 from ..checks import positive_integer
 
 ENVIRONMENT = "SPARSECOLL_PLACEMENT"
+#: Where a message goes, nearest first: the pair classes of :meth:`Placement.pair_class`.
+PAIR_CLASSES = ("socket", "node", "network")
 SYS_CPU = Path("/sys/devices/system/cpu")
 
 
@@ -68,11 +72,14 @@ class Placement:
 
     def pair_class(self, a: int, b: int) -> str:
         """``"socket"``, ``"node"`` or ``"network"`` for a message between ranks ``a`` and ``b``."""
-        if a // self.L == b // self.L:
-            return "socket"
-        if self.node(a) == self.node(b):
-            return "node"
-        return "network"
+        return PAIR_CLASSES[int(self.pair_class_indices(a, b))]
+
+    def pair_class_indices(self, src, dst):
+        """:meth:`pair_class` as indices into :data:`PAIR_CLASSES`, element-wise for numpy arrays."""
+        per_node = self.L * self.S
+        same_socket = numpy.equal(numpy.floor_divide(src, self.L), numpy.floor_divide(dst, self.L))
+        same_node = numpy.equal(numpy.floor_divide(src, per_node), numpy.floor_divide(dst, per_node))
+        return numpy.where(same_socket, 0, numpy.where(same_node, 1, 2))
 
     def __str__(self) -> str:
         return f"{self.L}x{self.S}"

@@ -13,11 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+from . import MODES
+
 DEFAULT_TOPOLOGIES = ["stencil:d=2,n=3,f=-1", "moore:D=2,R=1", "random:density=0.3,seed=1", "matrix:"]
 DEFAULT_COLLECTIVES = ["allgather", "alltoall"]
 DEFAULT_SIZES = "8,256,4096"
 DEFAULT_RANKS = 8
-MODES = ("persistent", "nonpersistent", "blocking", "nonblocking")  # as in runner.MODES (no MPI import here)
 
 
 def parse_modes(text: str) -> list:

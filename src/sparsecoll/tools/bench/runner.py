@@ -48,13 +48,13 @@ from sparsecoll import wrap
 from sparsecoll.algorithms import AUTO, REGISTRY, parse_variant
 from sparsecoll.model.choice import library_fault
 from sparsecoll.model.profile import library_name
-from sparsecoll.pattern import family_of
+from sparsecoll.pattern import REGULAR, family_of
 
 from ..fair_timing import call_orders, creation_order, fresh_buffer
+from . import MODES
 from .workloads import Workload
 
 COLLECTIVES = ("allgather", "allgatherv", "alltoall", "alltoallv")
-MODES = ("persistent", "nonpersistent", "blocking", "nonblocking")
 PHASE_FIELDS = ("phase1_seconds", "phase1_cpu_seconds", "phase2_seconds", "phase2_cpu_seconds",
                 "phase2_bind_seconds")
 
@@ -164,7 +164,7 @@ def make_buffers(workload: Workload, collective: str, size: int) -> Buffers:
     family = family_of(collective)
     send_items = [i for i in topology.send_items(family)]
     recv_items = [i for i in topology.recv_items(family)]
-    if collective in ("allgather", "alltoall"):
+    if collective in REGULAR:
         nsend = 1 if family == "allgather" else len(send_items)
         send = fresh_buffer((numpy.arange(nsend * size) + 7 * rank).astype(numpy.uint8))
         recv = fresh_buffer(numpy.zeros(len(recv_items) * size, dtype=numpy.uint8))
@@ -306,7 +306,7 @@ def plan_numbers(world, workload: Workload, comm, collective: str, size: int) ->
     stats = comm.plan_stats(collective)
     pattern = comm.pattern(collective)
     me = comm.topology.rank
-    multiplier = (lambda item: 1) if collective in ("allgather", "alltoall") else workload.units
+    multiplier = (lambda item: 1) if collective in REGULAR else workload.units
     sent_bytes = sum(size * multiplier(item) for step in pattern.steps for m in step.sends if m.peer != me
                      for item in m.items)
     rows = world.allgather((stats["steps"], stats["sends_to_others"], stats["send_items"], sent_bytes))
