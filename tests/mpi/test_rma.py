@@ -236,6 +236,111 @@ def test_restarts_and_two_requests_over_one_receive_buffer(moore, executor):
     _agree(failures)
 
 
+@pytest.mark.parametrize("waits", ["together", "in start order"])
+@pytest.mark.parametrize("executor", RMA_EXECUTORS)
+def test_persistent_requests_started_in_different_orders_on_different_ranks(moore, executor, waits):
+    """Even ranks start A then B, odd ranks B then A, and wait together or each in its own start
+    order: legal (MPI-4.1 section 7.4.4 lets an implementation assume one start order only under
+    the info key mpi_assert_strict_persistent_collective_ordering). Both runs shared the
+    handle's window, in start order, and hung; each request now has a window of its own."""
+    comm = sparsecoll.wrap(moore, "cartesian", executor=executor)
+    per_block = 2
+    send_a, send_b = _blocks(comm, per_block, 0, False), _blocks(comm, per_block, 1, True)
+    recv_a, recv_b = (numpy.full(comm.topology.indegree * per_block, -1.0) for _ in range(2))
+    first_made, second_made = comm.Neighbor_alltoall_init(send_a, recv_a), comm.Neighbor_alltoall_init(send_b, recv_b)
+    order = (first_made, second_made) if RANK % 2 == 0 else (second_made, first_made)
+    try:
+        for _ in range(3):
+            for request in order:
+                request.Start()
+            if waits == "together":
+                sparsecoll.waitall(list(order))
+            else:
+                for request in order:
+                    request.Wait()
+    finally:
+        first_made.Free()
+        second_made.Free()
+    failures = [name for name, send, recv in (("A", send_a, recv_a), ("B", send_b, recv_b))
+                if recv.tobytes() != _library_alltoall(comm, send, per_block).tobytes()]
+    _agree(failures)
+
+
+@pytest.mark.parametrize("executor", RMA_EXECUTORS)
+def test_a_persistent_start_and_a_nonblocking_call_in_different_orders(ring, executor):
+    """Rank 0 starts its persistent request before its nonblocking call, the others after: the
+    persistent run has its own window, so neither waits behind the other."""
+    comm = sparsecoll.wrap(ring, "direct", executor=executor)
+    send_p, send_n = _blocks(comm, 3, 2, False), _blocks(comm, 3, 3, False)
+    recv_p, recv_n = (numpy.full(comm.topology.indegree * 3, -1.0) for _ in range(2))
+    comm.Neighbor_alltoall(send_n, recv_n)  # the first call of a collective agrees on its plan
+    persistent = comm.Neighbor_alltoall_init(send_p, recv_p)
+    if RANK == 0:
+        persistent.Start()
+        call = comm.Ineighbor_alltoall(send_n, recv_n)
+    else:
+        call = comm.Ineighbor_alltoall(send_n, recv_n)
+        persistent.Start()
+    persistent.Wait()
+    call.Wait()
+    persistent.Free()
+    assert recv_p.tobytes() == _library_alltoall(comm, send_p, 3).tobytes()
+    assert recv_n.tobytes() == _library_alltoall(comm, send_n, 3).tobytes()
+
+
+@pytest.mark.parametrize("executor", RMA_EXECUTORS)
+def test_request_windows_are_freed_once_every_rank_freed_its_request(ring, executor):
+    """``Request.Free`` is local and ``Win_free`` collective: a freed request's window is freed at
+    the next init after every rank freed it. Rank 0 frees each request before the next init, the
+    others after it, so each window outlives one init and no more."""
+    comm = sparsecoll.wrap(ring, "direct", executor=executor)
+    windows = comm.runtime.prepared_executor(executor).factory.requests
+    send = _blocks(comm, 1, 4, False)
+    recv = numpy.full(comm.topology.indegree, -1.0)
+    earlier, open_after_init, failures = None, [], []
+    for _ in range(5):
+        if earlier is not None and RANK == 0:
+            earlier.Free()
+        request = comm.Neighbor_alltoall_init(send, recv)
+        open_after_init.append(len(windows.entries))
+        if earlier is not None and RANK != 0:
+            earlier.Free()
+        request.Start()
+        request.Wait()
+        if recv.tobytes() != _library_alltoall(comm, send, 1).tobytes():
+            failures.append("data")
+        earlier = request
+    earlier.Free()
+    expected = [1, 2, 2, 2, 2] if SIZE > 1 else [1, 1, 1, 1, 1]
+    if open_after_init != expected:
+        failures.append(f"windows open after each init {open_after_init}, expected {expected}")
+    _agree(failures)
+
+
+def test_a_request_window_failing_on_one_rank_runs_that_request_on_the_step_executor(ring, monkeypatch):
+    """Where one request's window cannot be made on some rank, every rank runs that request on
+    the step executor (the handle's window and its calls are untouched)."""
+    comm = sparsecoll.wrap(ring, "direct", executor="rma")
+    assert _alltoall_matches_library(comm, 2)  # the handle's window exists
+    if RANK == SIZE - 1:
+        made = rma.create_window
+
+        def refuse(comm):
+            made(comm)
+            raise MPI.Exception(MPI.ERR_WIN)
+        monkeypatch.setattr(rma, "create_window", refuse)
+    send = _blocks(comm, 2, 5, False)
+    recv = numpy.full(comm.topology.indegree * 2, -1.0)
+    request = comm.Neighbor_alltoall_init(send, recv)
+    request.Start()
+    request.Wait()
+    request.Free()
+    assert recv.tobytes() == _library_alltoall(comm, send, 2).tobytes()
+    assert comm.runtime.prepared_executor("rma").factory.requests.entries == []
+    monkeypatch.undo()
+    assert _alltoall_matches_library(comm, 2)
+
+
 @pytest.mark.parametrize("form", ["nonblocking", "persistent"])
 @pytest.mark.parametrize("executor", RMA_EXECUTORS)
 def test_start_and_test_never_wait_for_a_peer(ring, executor, form):

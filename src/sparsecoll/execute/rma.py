@@ -36,12 +36,13 @@ Decisions, with their reasons:
   first call plan of the executor is made (:meth:`sparsecoll.runtime.communicator.CommRuntime.call_plan`,
   the first call of a collective with this executor, reached by every rank together: the
   point where the runtime already agrees collectively on the size pass), freed with the
-  communicator. Window creation is collective, and the runtime creates executors of blocking
+  communicator; and one window per persistent request, made at its init (:class:`RequestWindows`,
+  see "Concurrent runs"). Window creation is collective, and the runtime creates executors of blocking
   and nonblocking calls from *local* caches (one rank may reuse an executor while another
   binds anew), so no executor may create a window. Each run attaches its memory
   (``Win.Attach``, local) and detaches it at the end, so two executors over one receive
-  buffer (two idle nonblocking executors, two persistent requests) never attach the same
-  memory at the same time. Windows over each call's buffers, made and freed inside each call,
+  buffer (two idle nonblocking executors) never attach the same memory to the window at the
+  same time. Windows over each call's buffers, made and freed inside each call,
   would block ``Ineighbor_*`` in ``Win_create`` until every rank entered the call (a legal
   program deadlocks there, see below), so they are not used; nor is a ``static_buffers`` promise
   (the ``cdag_static_buffers`` info key) needed: no window is tied to a buffer, so ranks may pass
@@ -74,10 +75,13 @@ Decisions, with their reasons:
   (:attr:`RmaRun.polled`): the progress engine then tests every request in flight in turn
   instead of blocking in ``Waitany`` (two requests completed in different orders on two ranks
   could otherwise wait for each other).
-* **Concurrent runs** (several nonblocking calls or persistent requests in flight on one
-  communicator) share the window, and run one after the other in the order their calls were
-  made, the same on every rank (:class:`EpochOrder`); a later run waits, without blocking,
-  until the earlier ones ended. PSCW needs it (one exposure and one access epoch per window at
+* **Concurrent runs** (several nonblocking calls in flight on one communicator) share the
+  window, and run one after the other in the order their calls were made, the same on every
+  rank (:class:`EpochOrder`); a later run waits, without blocking, until the earlier ones
+  ended. A persistent request runs on a window of its own: MPI does not order the ``Start``
+  of persistent collectives across ranks (ranks may start two requests in opposite orders,
+  which one window in start order deadlocked), and one request's runs never overlap. The
+  order is what PSCW needs (one exposure and one access epoch per window at
   a time, matched in order); both variants need it for attached memory (Open MPI's osc/rdma
   attaches a limited number of regions per window, MCA parameter ``osc_rdma_max_attach``, so
   100 outstanding calls each attaching their own failed with ``MPI_ERR_RMA_ATTACH``). A run
@@ -746,6 +750,10 @@ def open_window(comm: MPI.Comm, canary: bool):
     return window, None
 
 
+def _nothing() -> None:
+    pass
+
+
 def create_window(comm: MPI.Comm) -> MPI.Win:
     """A dynamic window on ``comm`` (collective)."""
     return MPI.Win.Create_dynamic(MPI.INFO_NULL, comm)
@@ -762,12 +770,15 @@ class EpochOrder:
     """The order in which the runs on one window go: the order of their calls.
 
     A window has at most one exposure and one access epoch at a time, and epochs match in the
-    order they are opened, so concurrent PSCW runs (several nonblocking calls or persistent
-    requests in flight) must open theirs in one order on every rank; attached memory is limited
-    (Open MPI), so runs attach theirs in turn. MPI requires collective calls (and the ``Start``
-    of persistent collectives) in the same order on every rank, so each run takes a ticket when
-    its call is made and begins once every earlier ticket has finished: the same order on every
-    rank, so a run never waits for one that waits for it.
+    order they are opened, so concurrent PSCW runs (several nonblocking calls in flight) must
+    open theirs in one order on every rank; attached memory is limited (Open MPI), so runs
+    attach theirs in turn. MPI requires collective calls in the same order on every rank, so
+    each run takes a ticket when its call is made and begins once every earlier ticket has
+    finished: the same order on every rank, so a run never waits for one that waits for it.
+    The ``Start`` of persistent requests is not so ordered (MPI-4.1 section 7.4.4: only the info
+    key ``mpi_assert_strict_persistent_collective_ordering`` lets an implementation assume one
+    start order), so each persistent request runs on a window of its own
+    (:class:`RequestWindows`), whose runs are one after the other by definition.
     """
 
     __slots__ = ("issued", "serving", "finished")
@@ -794,24 +805,84 @@ class EpochOrder:
             self.serving += 1
 
 
+class RequestWindows:
+    """The windows of one variant's persistent requests on one communicator, one per request.
+
+    Made at the request's init (collective, in the same order on every rank, as MPI requires of
+    inits). ``MPI_Request_free`` is local and ``MPI_Win_free`` collective, so a freed request only
+    marks its window released; the next init of such a request, and the communicator's release,
+    free together the windows every rank released (one allreduce over the list, which is the
+    same on every rank: entries are added at inits and removed only by that agreement).
+    """
+
+    __slots__ = ("canary", "entries")
+
+    def __init__(self, canary: bool):
+        self.canary = canary
+        self.entries = []  # [window, released here] per request window, in creation order
+
+    def open(self, comm: MPI.Comm):
+        """``(window, entry)`` for a new request (collective), or ``(None, None)`` where a rank
+        could not make one (every rank then runs the request on the step executor)."""
+        self.sweep(comm)
+        window, _ = open_window(comm, self.canary)
+        if window is None:
+            return None, None
+        entry = [window, False]
+        self.entries.append(entry)
+        return window, entry
+
+    def sweep(self, comm: MPI.Comm) -> None:
+        """Free the windows every rank released (collective; nothing where there are none)."""
+        if not self.entries:
+            return
+        released = numpy.array([entry[1] for entry in self.entries], dtype=numpy.int32)
+        comm.Allreduce(MPI.IN_PLACE, released, op=MPI.MIN)
+        kept = []
+        for entry, everywhere in zip(self.entries, released.tolist()):
+            if everywhere:
+                close_window(entry[0], self.canary)
+            else:
+                kept.append(entry)
+        self.entries = kept
+
+    def close(self) -> None:
+        """Free every window (collective: with the communicator, once no request uses them)."""
+        for window, _ in self.entries:
+            close_window(window, self.canary)
+        self.entries = []
+
+
 class _Factory:
     """Makes the executors of one window; ``reserve``/``release`` serve calls that make their
     executor after the call (the size pass of v/w calls runs first)."""
 
-    __slots__ = ("cls", "window", "order", "trees")
+    __slots__ = ("cls", "window", "order", "trees", "requests")
 
-    def __init__(self, cls, window, order, trees=None):
+    def __init__(self, cls, window, order, trees=None, requests: RequestWindows | None = None):
         self.cls = cls
         self.window = window
         self.order = order
         self.trees = trees  # the RTR tree roles per step of the Pattern (None: one RTR per peer)
+        self.requests = requests  # where persistent requests get their own windows
 
     def __call__(self, comm, schedule, tag):
         return self.cls(comm, schedule, tag, window=self.window, order=self.order, trees=self.trees)
 
     def with_trees(self, trees) -> _Factory:
         """The factory of schedules bound from the Pattern whose RTR tree roles are ``trees``."""
-        return _Factory(self.cls, self.window, self.order, trees)
+        return _Factory(self.cls, self.window, self.order, trees, self.requests)
+
+    def for_persistent_request(self, comm: MPI.Comm):
+        """``(factory, release)`` for one persistent request: a factory over a window of its own
+        (collective, at the init: :class:`RequestWindows`), and what its ``Free`` calls (local)."""
+        window, entry = self.requests.open(comm)
+        if window is None:
+            return StepExecutor, _nothing
+
+        def release():
+            entry[1] = True
+        return _Factory(self.cls, window, EpochOrder(), self.trees), release
 
     def reserve(self) -> int:
         """A ticket for a call whose executor comes later."""
@@ -867,10 +938,11 @@ class Prepared:
         return {**rtr_counts(trees), RTR_TREE: degree, "rtr_trees_built": True}
 
     def close(self) -> None:
-        """Free the window (collective; idempotent)."""
+        """Free the windows (collective; idempotent)."""
         if self._window is not None:
             close_window(self._window, self._canary)
             self._window = None
+            self.factory.requests.close()
 
 
 class Executor:
@@ -937,7 +1009,8 @@ class Executor:
         if window is None:
             return Prepared(StepExecutor, f"steps ({cls.name} fallback: {reason})")
 
-        return Prepared(_Factory(cls, window, EpochOrder()), cls.name, window, cls.canary)
+        return Prepared(_Factory(cls, window, EpochOrder(), requests=RequestWindows(cls.canary)), cls.name, window,
+                        cls.canary)
 
     def use_ticket(self, ticket) -> bool:
         """Run with a ticket reserved when the call was made (:meth:`_Factory.reserve`); False if

@@ -621,12 +621,19 @@ class CommRuntime:
             raise TypeError(f"info: expected an MPI.Info or None, got {type(info).__name__}")
         send, recv, _ = self.parse(call.collective, sendbuf, recvbuf)
         sizes = self.run_size_pass(call, send) if call.size_pass else None
+        schedule = self.bind(call, send, recv, sizes)
+        factory, release_window = call.executor, None
+        own_window = getattr(factory, "for_persistent_request", None)
+        if own_window is not None:  # RMA: starts need no common order (:class:`.execute.rma.RequestWindows`)
+            factory, release_window = own_window(self.private)
         channel = self.channels.take_persistent()
-        executor = call.executor(self.private, self.bind(call, send, recv, sizes), channel)
+        executor = factory(self.private, schedule, channel)
         channels = self.channels
 
         def freed(request):
             executor.free()
+            if release_window is not None:
+                release_window()
             channels.release_persistent(channel)  # last: it may release the communicator
         request = _request_for(executor, persistent=True, on_free=freed, keep=(sendbuf, recvbuf))
         channels.hold_persistent(channel, request)
