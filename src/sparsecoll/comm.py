@@ -30,6 +30,7 @@ from .buffers import parse_simple
 from .checks import is_integer, positive_integer
 from .execute import DEFAULT_EXECUTOR
 from .hierarchy import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name, objects
+from .hierarchy.handles import hierarchy_of, options_key
 from .hierarchy.offsets import exclusive_sum
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .pattern import family_of
@@ -86,13 +87,12 @@ class GlobalCollectivesMixin:
             return None
         hierarchy = self.__dict__.get("_sc_hierarchy")
         if hierarchy is None:
-            hierarchy = self.__dict__["_sc_hierarchy"] = Hierarchy(self, **self._sc_hierarchy_options)
+            hierarchy = self.__dict__["_sc_hierarchy"] = hierarchy_of(self, self._sc_hierarchy_options)
         return hierarchy
 
     def _sc_free_hierarchy(self) -> None:
-        hierarchy = self.__dict__.pop("_sc_hierarchy", None)
-        if hierarchy is not None:
-            hierarchy.free()
+        """Drop this wrapper's reference: the handle's ``Free`` frees the structure (:mod:`.hierarchy.handles`)."""
+        self.__dict__.pop("_sc_hierarchy", None)
 
     def _sc_bind_library_globals(self) -> None:
         """Where this wrapper keeps the library's global collectives, give the instance the
@@ -914,7 +914,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     if runtime is None:
         runtime = runtime_of(comm, topology if topology is not None else getattr(comm, "_sc_topology", None),
                              getattr(comm, "__dict__", {}).pop("_sc_pending", None))
-    plan = runtime.agree_on_level(plan, options, grid_option is not None)  # collective, on every wrap
+    plan = runtime.agree_on_level(plan, options, grid_option is not None,  # collective, on every wrap
+                                  (global_collectives, options_key(hierarchy_options)))
     if grid_option is not None and runtime.topology.offsets is None:
         runtime.set_topology(cartesian_topology.detect(runtime.private, runtime.topology, grid_option))
     runtime.check_supported(plan)
@@ -953,7 +954,7 @@ def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarch
     if options:
         raise TypeError(f"options: an intracommunicator takes only {HIERARCHY_OPTIONS}, got {sorted(options)}")
     _check_hierarchy_options(hierarchy_options)
-    if levels.key_differs(comm, (algorithm, sorted((name, repr(value)) for name, value in hierarchy_options.items()))):
+    if levels.key_differs(MPI.Intracomm(comm), (algorithm, options_key(hierarchy_options))):  # the library's call
         raise ValueError("algorithm: the ranks gave wrap different algorithms or options; they decide every "
                          "global collective's messages, so every rank must give the same")
     wrapped = Intracomm(comm)

@@ -818,6 +818,72 @@ class CountingIntracomm(MPI.Intracomm):
         return super().Alltoallv(sendbuf, recvbuf)
 
 
+def test_inter_node_may_be_a_function_at_another_address_on_each_rank():
+    """wrap compares inter_node by its qualified name: a function's repr holds its address, which
+    differs between processes (every rank raised 'different algorithms or options')."""
+    ballast = [bytearray(64) for _ in range(97 * RANK)]  # functions made below land elsewhere per rank
+
+    def leaders_collectives(leader_comm):
+        return leader_comm
+    wrapped = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2, inter_node=leaders_collectives)
+    recv = numpy.zeros(1)
+    wrapped.Allreduce(numpy.ones(1), recv)
+    assert recv[0] == SIZE
+    wrapped.Free()
+    del ballast
+
+
+def test_wrappers_of_one_handle_share_one_node_structure_freed_with_the_handle():
+    """Node and leader communicators live on the handle: every wrap of it with equal options takes
+    the same structure (wrap(COMM_WORLD) in a loop made one per call, and MPICH ran out of
+    communicators after about 680), and freeing the handle through any object frees it (the
+    user's own handle left the structure behind)."""
+    from sparsecoll.hierarchy.handles import structures_made
+    raw = WORLD.Dup()
+    wrappers = [sparsecoll.wrap(raw, ranks_per_node=2) for _ in range(20)]
+    other = sparsecoll.wrap(raw, ranks_per_node=1)
+    recv = numpy.zeros(1)
+    for wrapped in wrappers + [other]:
+        wrapped.Allreduce(numpy.ones(1), recv)
+        assert recv[0] == SIZE
+    shared = wrappers[0]._sc_hier()
+    assert all(wrapped._sc_hier() is shared for wrapped in wrappers)
+    assert other._sc_hier() is not shared and structures_made(raw) == 2
+    node_comm = shared.layout.node_comm
+    raw.Free()  # the user's object, not a wrapper
+    assert node_comm == MPI.COMM_NULL and other._sc_hier().layout.node_comm == MPI.COMM_NULL
+
+
+def test_a_copy_of_a_wrapper_makes_one_node_structure_and_its_free_frees_it(monkeypatch):
+    """Dup, Clone and Dup_with_info of a wrapped intracommunicator: the copy's wrap agreed on its
+    options with the copy's own (hierarchical) Allreduce, which made a second node structure
+    that nothing freed."""
+    from sparsecoll.hierarchy import collectives
+    counts = {"made": 0, "freed": 0}
+    made, freed = collectives.Hierarchy.__init__, collectives.Hierarchy.free
+
+    def counted_init(self, *args, **kwargs):
+        counts["made"] += 1
+        made(self, *args, **kwargs)
+
+    def counted_free(self):
+        counts["freed"] += 1
+        freed(self)
+    monkeypatch.setattr(collectives.Hierarchy, "__init__", counted_init)
+    monkeypatch.setattr(collectives.Hierarchy, "free", counted_free)
+    original = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2)
+    recv = numpy.zeros(1)
+    for copy_of in (lambda: original.Dup(), lambda: original.Clone(),
+                    lambda: original.Dup_with_info(MPI.INFO_NULL)):
+        before = dict(counts)
+        copy = copy_of()
+        copy.Allreduce(numpy.ones(1), recv)
+        assert recv[0] == SIZE
+        copy.Free()
+        assert (counts["made"] - before["made"], counts["freed"] - before["freed"]) == (1, 1)
+    original.Free()
+
+
 def test_inter_node_option():
     """inter_node chooses what the leaders call between nodes."""
     wrapped = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2, inter_node=CountingIntracomm)

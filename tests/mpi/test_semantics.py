@@ -634,7 +634,8 @@ def test_after_pattern_a_first_nonblocking_call_is_local(algorithm):
 
 
 @pytest.mark.timeout(60)  # without the check: every rank waited in its first call for messages of another schedule
-@pytest.mark.parametrize("case", ["algorithm", "option", "executor", "grid", "intracomm"])
+@pytest.mark.parametrize("case", ["algorithm", "option", "executor", "grid", "intracomm", "global_collectives",
+                                  "node_options"])
 def test_wrap_arguments_that_differ_between_ranks_raise_on_every_rank(ring, case):
     """``wrap``'s algorithm, options and executor decide every call's messages, so odd ranks giving
     other ones than even ranks is an error every rank reports at ``wrap`` (before any call)."""
@@ -649,7 +650,13 @@ def test_wrap_arguments_that_differ_between_ranks_raise_on_every_rank(ring, case
         arguments = {"algorithm": {"algorithm": "native" if odd else "direct"},
                      "option": {"algorithm": "direct", "coloring": odd},
                      "executor": {"algorithm": "direct", "executor": "dag" if odd else "steps"},
-                     "grid": {"algorithm": "direct", **({"grid": ([size], [True])} if odd else {})}}[case]
+                     "grid": {"algorithm": "direct", **({"grid": ([size], [True])} if odd else {})},
+                     # the global collectives' algorithm and node structure (not checked before: a
+                     # topology wrapper's global collectives then ran different messages per rank)
+                     "global_collectives": {"algorithm": "direct",
+                                            "global_collectives": "hierarchical" if odd else "library"},
+                     "node_options": {"algorithm": "direct", "global_collectives": "hierarchical",
+                                      "ranks_per_node": 1 if odd else 2}}[case]
     try:
         with pytest.raises(ValueError, match="algorithm: the ranks gave wrap different"):
             sparsecoll.wrap(comm, **arguments)

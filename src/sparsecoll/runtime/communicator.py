@@ -189,14 +189,17 @@ class CommRuntime:
                                           block_bytes=block_bytes)}
 
     # -- persistence levels (:mod:`.persistence`) --------------------------------------------------
-    def agree_on_level(self, plan: Plan, given_options: dict, detects_grid: bool = False) -> Plan:
+    def agree_on_level(self, plan: Plan, given_options: dict, detects_grid: bool = False,
+                       wrapper_key: tuple = ()) -> Plan:
         """Check that every rank gave ``plan`` the same info keys, algorithm, options and executor,
-        and asked alike whether to detect a grid (``detects_grid``: wrap's ``grid=``, whose detection
-        is collective) (collective: one allreduce) and return the plan to run (under exact bytes,
+        asked alike whether to detect a grid (``detects_grid``: wrap's ``grid=``, whose detection
+        is collective) and gave the same ``wrapper_key`` (what else of wrap's arguments decides
+        messages: the global collectives and their node structure's options) (collective: one
+        allreduce) and return the plan to run (under exact bytes,
         sized by the weights: :meth:`.Plan.sized`; for ``auto``, keyed by what the ranks' profiles
         and ``verify_choice`` were: :meth:`.Plan.with_agreed_inputs`)."""
-        largest, inputs = levels.agree(self.private, plan.persistence, self.topology, (plan.key, detects_grid),
-                                       plan.decision_inputs())
+        key = (plan.key, detects_grid, wrapper_key)
+        largest, inputs = levels.agree(self.private, plan.persistence, self.topology, key, plan.decision_inputs())
         return plan.with_agreed_inputs(inputs).sized(largest, given_options)
 
     def prepare_strict(self, plan: Plan) -> None:
