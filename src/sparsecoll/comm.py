@@ -858,7 +858,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     ``info`` (an ``MPI.Info``, a dict of "true"/"false" strings or bools, or None) gives the
     persistence levels of Hoefler and Schneider, SC12, section II, as their info keys
     (:mod:`sparsecoll.runtime.persistence`); keys the MPI library kept in ``comm``'s own info
-    (``comm.Get_info()``; MPICH keeps none it does not know) count too, ``info`` winning per key.
+    (``comm.Get_info()``; MPICH 5.0.2 and Open MPI 5.0.11 keep none they do not know) count too,
+    ``info`` winning per key.
     Unknown keys are ignored; a bad value raises ValueError naming the key. The keys are
     collective: if the ranks differ, every rank raises ValueError naming the keys that differ,
     before any other message of this ``wrap``.

@@ -9,7 +9,9 @@ that validates them for a communicator of ``size`` ranks (called by :func:`check
 entry whose calls go straight to the MPI library (``native``); its ``build`` gives the
 one-step pattern the library uses, which ``plan_stats`` reports.
 The table below is the only place an algorithm is listed; ``"auto"`` is resolved by
-:mod:`sparsecoll.model.choice`.
+:mod:`sparsecoll.runtime.auto` from :mod:`sparsecoll.model.choice`'s predictions (whose
+estimators of protocol candidates, :data:`~sparsecoll.model.choice.ESTIMATORS`, are keyed by
+these names).
 
 Transformations of a built Pattern are options of every algorithm that builds one
 (:data:`SHARED_OPTIONS`, checked here, not listed in each entry): ``coloring=True`` orders

@@ -41,7 +41,7 @@ from ..topology import PROC_NULL, Topology
 from ..topology.cartesian import GRID_OPTION, Grid, grid_of, is_cartesian, routes
 from .base import Algorithm
 
-PAPER = "Träff and Hunold, Cartesian Collective Communication, ICPP 2019 (Listing 4; Algorithms 1 and 2)"
+PAPER = "Träff and Hunold, Cartesian Collective Communication, ICPP 2019"
 
 @dataclass(frozen=True)
 class Round:
@@ -268,11 +268,11 @@ def _build_trivial(topology: Topology, comm, options: dict, family: str) -> Patt
 TRIVIAL = Algorithm(
     name="cartesian_trivial",
     summary="Cartesian neighborhoods: one send-receive round per offset (Träff-Hunold Listing 4)",
-    build=_build_trivial, paper=PAPER, supports=unsupported, options=OPTIONS,
+    build=_build_trivial, paper=f"{PAPER} (Listing 4)", supports=unsupported, options=OPTIONS,
 )
 
 COMBINING = Algorithm(
     name="cartesian",
     summary="Cartesian neighborhoods: dimension-wise message combining (Träff-Hunold Algorithms 1, 2)",
-    build=_build_combining, paper=PAPER, supports=unsupported, options=OPTIONS,
+    build=_build_combining, paper=f"{PAPER} (Algorithms 1 and 2)", supports=unsupported, options=OPTIONS,
 )

@@ -1,10 +1,12 @@
 """The point-to-point traffic of pattern-building protocols, counted, on a communicator of their own.
 
-``common_neighbor`` (HiPC 2017, Algorithms 1 and 2) and ``distance_halving`` (Sharifian et al. 2023,
-Algorithms 1-3) build their Patterns by exchanging small Python objects. Both run on a
-duplicate of the runtime's private communicator (:func:`protocol_communicator`), so their
-tags never meet the messages of collective calls still in flight, and count what they send
-(``plan_stats`` reports it). Written against mpi4py's interface, so the simulator runs it too.
+Every algorithm whose Pattern takes a protocol builds it by exchanging small Python objects:
+``common_neighbor`` (HiPC 2017, Algorithms 1 and 2), ``distance_halving`` (Sharifian et al. 2023,
+Algorithms 1-3), ``loggp_tree`` and ``node_aware``, the ``coloring`` transformation, and the RTR
+trees of the RMA executors (:mod:`sparsecoll.execute.rtr_tree`). They run on a duplicate of the
+runtime's private communicator (:func:`protocol_communicator`), so their tags never meet the
+messages of collective calls still in flight, and count what they send (``plan_stats`` reports
+it). Written against mpi4py's interface, so the simulator runs it too.
 """
 
 from __future__ import annotations

@@ -205,20 +205,24 @@ class FileReader:
         self.path, self.error = path, error
 
     def fail(self, key: str, problem: str):
+        """Raise the reader's error naming the file, ``key`` and ``problem``."""
         raise self.error(f"{self.path}: key {key!r}: {problem}")
 
     def mapping(self, value, key: str) -> dict:
+        """``value`` if it is a JSON object, else the error for ``key``."""
         if not isinstance(value, dict):
             self.fail(key or "<top>", f"expected an object, got {type(value).__name__}")
         return value
 
     def field(self, data: dict, name: str, prefix: str):
+        """``data[name]``, else the error naming ``prefix.name`` as missing."""
         key = f"{prefix}.{name}" if prefix else name
         if name not in data:
             self.fail(key, "missing")
         return data[name]
 
     def number(self, data: dict, name: str, prefix: str, signed: bool = False) -> float:
+        """``data[name]`` as a finite float (non-negative unless ``signed``, at most :data:`LARGEST_VALUE`)."""
         value = self.field(data, name, prefix)
         key = f"{prefix}.{name}"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -230,16 +234,19 @@ class FileReader:
         return float(value)
 
     def factor(self, data: dict, name: str, prefix: str) -> float:
+        """``data[name]`` as a number of at least 1."""
         value = self.number(data, name, prefix)
         if value < 1:
             self.fail(f"{prefix}.{name}", f"expected at least 1, got {value!r}")
         return value
 
     def per_form(self, data: dict, prefix: str) -> dict:
+        """The ``per_call`` table of ``data``: a number per call form."""
         table = self.mapping(self.field(data, "per_call", prefix), f"{prefix}.per_call")
         return {form: self.number(table, form, f"{prefix}.per_call") for form in FORMS}
 
     def load(self, entry, key: str) -> Load:
+        """One load's entry of a profile, checked, as a :class:`Load`."""
         entry = self.mapping(entry, key)
         levels = self.mapping(self.field(entry, "levels", key), f"{key}.levels")
         checked = {}

@@ -23,7 +23,7 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   call whose numpy receive array (plain or in a buffer spec) is smaller than that goes to the library after one
   comparison (:attr:`AutoDispatch.library_below`), since parsing the arguments to find the
   class costs a microsecond, which several ranks per core turn into tens.
-* **Protocol candidates** (``common_neighbor``, ``distance_halving``) are predicted from an
+* **Protocol candidates** (``common_neighbor``, ``distance_halving``, ``node_aware``) are predicted from an
   estimate until built. Where one is predicted to win, the call runs the best built
   candidate until the collective has been called :data:`REPEATS` times with that size
   class, or for a persistent request; then the Pattern is built (collectively), charged on
@@ -157,6 +157,7 @@ class FamilyModel:
         self.seconds: dict = {}  # candidate -> max over ranks, array[form, class]
 
     def built(self, name: str) -> bool:
+        """Whether ``name``'s cost comes from its built Pattern (not from an estimate)."""
         return not self.costs[name].estimated
 
     def build(self, name: str, collective: str) -> None:

@@ -415,7 +415,7 @@ class CommRuntime:
         """The Schedule of one call: the Pattern bound to these buffers.
 
         ``sizes`` are the item sizes of the call's size pass where the call plan needs one
-        (:meth:`size_pass_stages` / :meth:`run_size_pass`).
+        (:meth:`run_size_pass`).
         """
         transit_size = None
         if sizes is not None:

@@ -22,7 +22,8 @@ from one stage to the next is sparsecoll's job, and it is done by one engine per
   interval wakes hundreds of times a second on a machine whose cores the ranks already
   fill, and slows whatever the rank runs next, the library's own calls included: 8 ranks
   on 2 cores, Open MPI, a 2-step ``cartesian`` persistent allgather of 64 KiB blocks took
-  368 us with a look every 2 ms, 282 us with no thread (``benchmarks/auto/README.md``).
+  368 us with a look every 2 ms, 282 us with no thread, 287 us with the back-off
+  (``benchmarks/auto/README.md``).
 
 A stage is either a list of persistent requests (the step executor's) or a *dynamic*
 stage that starts its own messages as others complete (the DAG executor's

@@ -17,7 +17,7 @@ with dynamic leaders (section III) over MPICH in the mean time each rank spends 
   collective over ``N`` ranks (one per node) at inter-node parameters, barrier, copy-out;
   reductions add the node reduction of :mod:`sparsecoll.hierarchy` (each rank reduces its share of
   the elements over the node's ranks between two barriers).
-* :func:`reduce_times` / :func:`allreduce_times`: the time each rank spends inside the
+* :func:`times_inside` / :func:`mean_times_inside`: the time each rank spends inside the
   collective when ranks arrive at seeded random times, for the MPI library (MPICH's binomial tree
   or Rabenseifner reduce-scatter + gather; recursive doubling or Rabenseifner for Allreduce),
   fixed leaders (as :mod:`sparsecoll.hierarchy` runs them: everyone waits at the node barriers for
