@@ -209,7 +209,7 @@ def _hand_patterns(after_at_rank0: dict) -> list:
 
 
 def _colored(patterns) -> list:
-    return World(len(patterns)).run(lambda comm: color(patterns[comm.Get_rank()], None, comm))
+    return World(len(patterns)).run(lambda comm: color(patterns[comm.Get_rank()], comm))
 
 
 def test_existing_ordering_dependencies_are_renumbered():

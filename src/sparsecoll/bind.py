@@ -31,8 +31,6 @@ from .buffers import Blocks, span
 from .pattern import ALLGATHER, Pattern, dependencies
 from .topology import Topology
 
-Piece = tuple  # (absolute address, count, MPI.Datatype)
-
 
 @dataclass(frozen=True)
 class BoundMessage:

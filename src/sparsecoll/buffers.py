@@ -139,7 +139,7 @@ _NO_BYTES = bytearray(0)
 _FOREIGN_ORDER = ">!" if sys.byteorder == "little" else "<"
 
 
-def _format_datatype(obj, buf, arg: str) -> MPI.Datatype:
+def _format_datatype(obj, arg: str) -> MPI.Datatype:
     """The datatype implied by a buffer's format (mpi4py's rule when none is given)."""
     fmt = None
     try:
@@ -287,7 +287,7 @@ def _buffer_and_datatype(buf_obj, datatype, readonly: bool, arg: str) -> tuple:
     else:
         buf, address, nbytes = _buffer(buf_obj, readonly, arg)
     if datatype is None:
-        datatype = MPI.BYTE if buf is None else _format_datatype(buf_obj, buf, arg)
+        datatype = MPI.BYTE if buf is None else _format_datatype(buf_obj, arg)
     else:
         datatype = as_datatype(datatype, arg)
     return bottom, address, nbytes, datatype

@@ -34,7 +34,6 @@ dependencies have completed, without waiting for the rest of the step.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 ALLGATHER = "allgather"
@@ -110,12 +109,6 @@ class Pattern:
     steps: tuple
     info: dict = field(default_factory=dict, compare=False)
     after: dict = field(default_factory=dict, compare=False)
-
-    def items_sent(self) -> Iterable[Item]:
-        """Every item this rank sends, in step order (with repeats)."""
-        for step in self.steps:
-            for message in step.sends:
-                yield from message.items
 
 
 def dependencies(pattern: Pattern) -> dict:

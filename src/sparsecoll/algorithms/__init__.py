@@ -138,5 +138,5 @@ def build_pattern(name: str, topology, comm, options: dict, family: str):
     for (collective over ``comm`` unless :func:`builds_locally`)."""
     pattern = get(name).build(topology, comm, options, family)
     if options.get(coloring.OPTION, False):
-        pattern = coloring.color(pattern, topology, comm)
+        pattern = coloring.color(pattern, comm)
     return pattern

@@ -251,12 +251,11 @@ def edge_colors(pattern: Pattern, comm) -> tuple:
     return coloring.out_colors, coloring.in_colors, info
 
 
-def color(pattern: Pattern, topology, comm) -> Pattern:
+def color(pattern: Pattern, comm) -> Pattern:
     """The Pattern with every step's sends ordered and chained by the greedy edge coloring
-    (collective over ``comm``: every rank calls it with its own Pattern of one family).
-
-    ``topology`` is the rank's Topology (the step graphs come from the Pattern itself). See
-    the module docstring for the protocol and ``Pattern.info``.
+    (collective over ``comm``: every rank calls it with its own Pattern of one family; the step
+    graphs come from the Pattern itself). See the module docstring for the protocol and
+    ``Pattern.info``.
     """
     out_colors, _, info = edge_colors(pattern, comm)
     steps, after = _ordered(pattern, out_colors)

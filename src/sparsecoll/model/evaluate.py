@@ -107,11 +107,6 @@ class Prediction:
     ends: numpy.ndarray
     block_bytes: int
 
-    @property
-    def critical_rank(self) -> int:
-        """A rank that finishes last."""
-        return int(numpy.argmax(self.ends))
-
 
 def _classes(src, dst, placement: Placement | None) -> numpy.ndarray:
     """Pair class index per message (0 socket, 1 node, 2 network); with no placement every

@@ -294,10 +294,6 @@ class CommRuntime:
             model = self._family_models[(plan.key, family)] = FamilyModel(self, plan, family)
         return model
 
-    def existing_dispatch(self, plan: Plan, collective: str):
-        """The dispatch of an auto plan's ``collective`` if its first call was made (local), else None."""
-        return self._dispatches.get((plan.key, plan.rebind, collective))
-
     def auto_dispatches(self, plan: Plan, family: str) -> list:
         """Every dispatch of ``plan``'s collectives of ``family`` (they share the family's predictions)."""
         return [d for (key, _, collective), d in self._dispatches.items()

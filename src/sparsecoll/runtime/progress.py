@@ -390,11 +390,6 @@ class ScheduleRequest:
         """Whether the collective was started and has not been completed by Test/Wait yet."""
         return self._state == ACTIVE
 
-    @property
-    def messages_done(self) -> bool:
-        """Whether every message of the current run has completed (Test/Wait may not have seen it yet)."""
-        return self._current is None
-
     def Get_status(self, status=None) -> bool:
         """Whether the collective is complete, advancing every sparsecoll request in flight; unlike
         ``Test`` it leaves the request active (as ``MPI_Request_get_status``)."""
