@@ -451,7 +451,7 @@ def test_auto_never_runs_a_library_call_known_to_be_wrong():
     assert local(ring_of_two, "MPICH 5.0") is None
     assert local(with_hole, "Open MPI 5.0") is None  # its crash is in the blocking calls alone
     corner = graph_topology(0, 4, [PROC_NULL, 2, PROC_NULL, 1], [PROC_NULL, 2, PROC_NULL, 1], kind=CART)
-    assert choice.library_fault(corner, "Open MPI 5.0") is not None  # PROC_NULL twice: corner ranks only
+    assert choice.library_fault(corner, "Open MPI 5.0") is None  # PROC_NULL twice is no fault (it was counted)
     assert local(corner, "Open MPI 5.0") is None
 
 
