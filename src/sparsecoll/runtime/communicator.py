@@ -487,7 +487,7 @@ class CommRuntime:
     def call_requests(self, plan: Plan, collective: str, schedule):
         """The persistent requests and datatypes a call of ``plan``'s ``collective`` makes for
         ``schedule`` (its executor with the plan's executor options; never started: ``.free()`` them)."""
-        return self.call_plan(plan, collective).executor(self.private, schedule, BLOCKING_CHANNEL)
+        return self.call_plan(plan, collective).make_executor(self.private, schedule, BLOCKING_CHANNEL)
 
     def requests_for(self, schedule, executor: str = execute.DEFAULT_EXECUTOR):
         """The persistent requests and datatypes a call of ``executor`` (a name of
@@ -505,7 +505,7 @@ class CommRuntime:
         key = _call_key(call, layout, sizes)
         executor = self._blocking.recall(key)
         if executor is None:
-            executor = call.executor(self.private, self._schedule(call, send, recv, key, sizes), BLOCKING_CHANNEL)
+            executor = call.make_executor(self.private, self._schedule(call, send, recv, key, sizes), BLOCKING_CHANNEL)
             self._blocking.keep(key, executor)
         run_stages(executor.steps)
 
@@ -514,7 +514,7 @@ class CommRuntime:
         self._run_once(call, self._bound_uncached(call, sendbuf, recvbuf))
 
     def _run_once(self, call: CallPlan, schedule) -> None:
-        executor = call.executor(self.private, schedule, BLOCKING_CHANNEL)
+        executor = call.make_executor(self.private, schedule, BLOCKING_CHANNEL)
         try:
             run_stages(executor.steps)
         finally:
@@ -539,7 +539,7 @@ class CommRuntime:
                     idle.keep(key, pool)
                 executor = pool.pop(channel, None)
                 if executor is None:
-                    executor = call.executor(self.private, self._schedule(call, send, recv, key, None), channel)
+                    executor = call.make_executor(self.private, self._schedule(call, send, recv, key, None), channel)
                 request = _PooledRequest(executor, self, key, pool, channel, (sendbuf, recvbuf))
             channels.hold_nonblocking(channel, request)
         request.Start()
@@ -547,7 +547,7 @@ class CommRuntime:
 
     def _rebound_request(self, call, send, recv, channel, keep) -> ScheduleRequest:
         """A call of a rebinding wrapper: bound now, its executor freed once it completes."""
-        executor = call.executor(self.private, self.bind(call, send, recv), channel)
+        executor = call.make_executor(self.private, self.bind(call, send, recv), channel)
         channels = self.channels
 
         def done(request):
@@ -566,7 +566,7 @@ class CommRuntime:
 
         def program():
             # an executor whose runs are ordered by call (RMA epochs) reserves its turn now
-            reserve = getattr(call.executor, "reserve", None)
+            reserve = getattr(call.make_executor, "reserve", None)
             ticket = reserve() if reserve is not None else None
             try:
                 sizes_executor, read = self._size_pass(call, send, channel)
@@ -579,7 +579,7 @@ class CommRuntime:
                     schedule = self.bind(call, send, recv, sizes)
                 else:
                     schedule = self._schedule(call, send, recv, _call_key(call, layout, sizes), sizes)
-                executor = call.executor(self.private, schedule, channel)
+                executor = call.make_executor(self.private, schedule, channel)
                 if ticket is not None and executor.use_ticket(ticket):
                     ticket = None
             except BaseException:
@@ -587,7 +587,7 @@ class CommRuntime:
                 raise
             finally:
                 if ticket is not None:
-                    call.executor.release(ticket)
+                    call.make_executor.release(ticket)
             try:
                 yield from executor.steps
             finally:
@@ -621,7 +621,7 @@ class CommRuntime:
         send, recv, _ = self.parse(call.collective, sendbuf, recvbuf)
         sizes = self.run_size_pass(call, send) if call.size_pass else None
         schedule = self.bind(call, send, recv, sizes)
-        factory, release_window = call.executor, None
+        factory, release_window = call.make_executor, None
         own_window = getattr(factory, "for_persistent_request", None)
         if own_window is not None:  # RMA: starts need no common order (:class:`.execute.rma.RequestWindows`)
             factory, release_window = own_window(self.private)

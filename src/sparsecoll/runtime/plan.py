@@ -118,7 +118,10 @@ class CallPlan:
 
     ``size_pass`` is agreed by every rank when the pattern is first used by a collective
     call. The runtime makes one CallPlan per Plan key (algorithm and options), rebind and
-    collective, so the object itself (compared by identity) keys its caches.
+    collective, so the object itself (compared by identity) keys its caches. ``runtime`` runs
+    its calls (the handle's CommRuntime, or the check of ``cdag_exact_byte_communications`` in
+    front of it); ``make_executor(comm, schedule, tag)`` makes the executor of a bound Schedule
+    (an executor class, or the RMA executors' factory over their window).
     """
 
     collective: str
@@ -127,4 +130,4 @@ class CallPlan:
     size_pass: bool
     rebind: bool
     runtime: object
-    executor: type
+    make_executor: object
