@@ -241,7 +241,7 @@ class HalvingStep:
 
 
 @dataclass
-class Plan:
+class HalvingPlan:
     """What Algorithm 1 leaves one rank with (the ``cp`` of the paper)."""
 
     rank: int
@@ -263,7 +263,7 @@ class Plan:
         return {r: sorted(items) for r, items in out.items()}
 
 
-def build_cp(topology: Topology, comm, L: int) -> Plan:
+def build_cp(topology: Topology, comm, L: int) -> HalvingPlan:
     """Algorithm 1 with Algorithms 2 and 3 (collective over ``comm``)."""
     n, p = comm.Get_size(), comm.Get_rank()
     O = sorted({d for d in topology.destinations if d != PROC_NULL and d != p})  # noqa: E741 (the paper's O)
@@ -286,7 +286,7 @@ def build_cp(topology: Topology, comm, L: int) -> Plan:
         halving.step(agent, origin, h2, tag)
         start, end = h1
     halving.I_on.pop(p, None)  # blocks that reached this rank during the halving
-    return Plan(p, halving.steps, halving.O_on, halving.O_org, halving.I_on, halving.channel.sent)
+    return HalvingPlan(p, halving.steps, halving.O_on, halving.O_org, halving.I_on, halving.channel.sent)
 
 
 class _Halving:
@@ -359,7 +359,7 @@ class _Halving:
         return tuple(D_in)
 
 
-def pattern_of(plan: Plan, depth: int) -> Pattern:
+def pattern_of(plan: HalvingPlan, depth: int) -> Pattern:
     """Algorithm 4 as a Pattern: the halving steps, empty steps up to ``depth``, the final step."""
     steps = []
     for s in plan.steps:

@@ -21,7 +21,7 @@ from .. import algorithms, execute
 from ..bind import bind, has_transit
 from ..buffers import Blocks, check_regular_blocks, parse_simple, parse_vector, parse_w, with_own_datatypes
 from ..checks import nonnegative_integer
-from ..execute import StepExecutor as Executor  # the size pass and request counts use the default
+from ..execute import StepExecutor  # the size pass and request counts use the default
 from ..model.choice import library_fault, local_nonblocking_library_fault, size_class
 from ..model.profile import FORMS, library_name
 from ..pattern import FAMILIES, REGULAR, family_of, stats
@@ -452,7 +452,7 @@ class CommRuntime:
         recv_sizes = Blocks(arrived.ctypes.data, (1,) * topology.indegree,
                             tuple(8 * k for k in range(topology.indegree)), (MPI.INT64_T,) * topology.indegree)
         schedule = bind(call.pattern, topology, send_sizes, recv_sizes, lambda item: (1, MPI.INT64_T))
-        executor = Executor(self.private, schedule, tag)
+        executor = StepExecutor(self.private, schedule, tag)
 
         def read() -> dict:
             keep = (own, arrived)  # noqa: F841  (the arrays live until the sizes are read)
