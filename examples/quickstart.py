@@ -34,5 +34,5 @@ request.Free()
 stats = comm.plan_stats("alltoall")                 # steps, messages, items per rank of the schedule
 if rank == 0:
     print(f"rank 0 received {recvbuf.tolist()} and gathered {gathered.tolist()}; "
-          f"algorithm {stats['algorithm']}, {stats['steps']} step(s), {stats['sends']} message(s) sent")
+          f"algorithm {stats['algorithm']}, {stats['steps']} step(s), {stats['sends']} message(s) in its schedule")
 comm.Free()                                          # the handle and sparsecoll's private duplicate

@@ -727,3 +727,32 @@ def test_auto_decides_for_every_wrapper_of_a_handle_at_the_same_call():
         assert comm.plan_stats("alltoall", form="nonblocking")["algorithm"] == "direct"
     finally:
         comm.Free()
+
+
+@pytest.mark.parametrize("executor", ["steps", "dag"])
+@pytest.mark.parametrize("block", [8, 1 << 16])
+@pytest.mark.parametrize("collective", ["allgather", "alltoall"])
+def test_plan_stats_counts_the_messages_that_go_on_the_wire(executor, block, collective):
+    """``sends`` counts the schedule's messages; the executors join a step's messages to one peer
+    (within the library's limits), so ``wire_sends`` says what goes on the wire, and it is what
+    the executor made: the requests to other ranks of one run. A periodic grid of 2 x ranks/2
+    repeats neighbors, so joining has something to join."""
+    size = WORLD.Get_size()
+    cart = WORLD.Create_cart(MPI.Compute_dims(size, 2), periods=[True, True])
+    comm = sparsecoll.wrap(cart, "direct", executor=executor)
+    try:
+        degree = comm.topology.indegree
+        count = block // 8 * (degree if collective == "alltoall" else 1)
+        send, recv = numpy.ones(count), numpy.zeros(block // 8 * degree)
+        getattr(comm, f"Neighbor_{collective}")(send, recv)
+        stats = comm.plan_stats(collective, block_bytes=block)
+        schedule = comm.runtime.bind_uncached(comm.plan, collective, send, recv)
+        made = comm.runtime.call_requests(comm.plan, collective, schedule)
+        try:
+            counted = made.counts()
+        finally:
+            made.free()
+        assert stats["wire_sends"] == counted["wire_sends"] <= stats["sends_to_others"]
+        assert counted["wire_recvs"] <= stats["recvs"]
+    finally:
+        comm.Free()

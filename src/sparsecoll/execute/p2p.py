@@ -80,6 +80,25 @@ def message_datatype(pieces) -> MPI.Datatype:
     return datatype.Commit()
 
 
+def wire_counts(rank: int, send_peers, recv_peers) -> dict:
+    """``wire_sends`` / ``wire_recvs``: an executor's messages to and from other ranks, after the
+    messages of a step to one peer were joined (:func:`wire_runs`); the Pattern's ``sends`` count
+    them before, and neither counts the messages to self of the final local copies."""
+    return {"wire_sends": sum(1 for peer in send_peers if peer != rank),
+            "wire_recvs": sum(1 for peer in recv_peers if peer != rank)}
+
+
+def pattern_wire_sends(pattern, block_bytes: int, limits: WireLimits | None = None) -> int:
+    """The messages to other ranks the step and DAG executors send for ``pattern`` in a regular
+    call with ``block_bytes`` blocks (the Pattern's messages to one peer in a step joined as
+    :func:`wire_runs` cuts them; no copy to self)."""
+    count = 0
+    for step in pattern.steps:
+        sends = [m for m in step.sends if m.peer != pattern.rank]
+        count += len(wire_runs([m.peer for m in sends], [len(m.items) * block_bytes for m in sends], limits))
+    return count
+
+
 def message_bytes(pieces) -> int:
     """The bytes a message carries (its type signature's size)."""
     return sum(count * datatype.Get_size() for _, count, datatype in pieces)
@@ -184,22 +203,29 @@ def free_executor(executor) -> None:
 class Executor:
     """Persistent requests for every step of one bound Schedule on one communicator."""
 
-    __slots__ = ("steps", "_datatypes", "_schedule")
+    __slots__ = ("steps", "_datatypes", "_schedule", "_wire")
 
     def __init__(self, comm: MPI.Comm, schedule: Schedule, tag: int):
         self._schedule = schedule  # keeps its temporary space alive
         self._datatypes = datatypes = []
         self.steps = []
+        me, wire_recvs, wire_sends = comm.Get_rank(), [], []
         for sends, recvs in schedule.steps:
-            requests = [comm.Recv_init(message_buffer(pieces, datatypes), peer, tag)
-                        for peer, pieces in coalesce(recvs)]
-            requests += [comm.Send_init(message_buffer(pieces, datatypes), peer, tag)
-                         for peer, pieces in coalesce(sends)]
+            recvs, sends = coalesce(recvs), coalesce(sends)
+            wire_recvs += [peer for peer, _ in recvs]
+            wire_sends += [peer for peer, _ in sends]
+            requests = [comm.Recv_init(message_buffer(pieces, datatypes), peer, tag) for peer, pieces in recvs]
+            requests += [comm.Send_init(message_buffer(pieces, datatypes), peer, tag) for peer, pieces in sends]
             if requests:
                 self.steps.append(requests)
+        self._wire = wire_counts(me, wire_sends, wire_recvs)
         copies = copy_requests(comm, schedule, tag, datatypes)
         if copies:
             self.steps.append(copies)
+
+    def counts(self) -> dict:
+        """The messages one run sends to and receives from other ranks (:func:`wire_counts`)."""
+        return dict(self._wire)
 
     def free(self) -> None:
         """Release requests and datatypes (no step of the executor may be in flight; idempotent)."""

@@ -22,6 +22,7 @@ from ..bind import bind, has_transit
 from ..buffers import Blocks, check_regular_blocks, parse_simple, parse_vector, parse_w, with_own_datatypes
 from ..checks import nonnegative_integer
 from ..execute import StepExecutor  # the size pass and request counts use the default
+from ..execute.p2p import pattern_wire_sends
 from ..model.choice import library_fault, local_nonblocking_library_fault, size_class
 from ..model.profile import FORMS, library_name
 from ..pattern import FAMILIES, REGULAR, family_of, stats
@@ -169,6 +170,8 @@ class CommRuntime:
                   "build_seconds": self.build_seconds.get(key, 0.0)}
         if prepared is not None and not plan.native:  # the executor's own numbers (RMA: its RTR messages)
             result.update(prepared.counts(key, pattern, plan.executor_options, self.private.Get_rank()))
+        if not plan.native and executor in ("steps", "dag") and collective in REGULAR:
+            result["wire_sends"] = pattern_wire_sends(pattern, block_bytes)  # messages to one peer joined
         if explained is not None:
             result["auto"] = explained
         result["persistence"] = level

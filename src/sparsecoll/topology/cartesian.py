@@ -293,6 +293,13 @@ def detect(comm: MPI.Comm, topology: Topology, grid_option) -> Topology:
 
     Returns ``topology`` with ``cart`` and ``offsets`` set when the neighborhoods are
     isomorphic, else with ``extra["cartesian"]`` saying why not.
+
+    The offsets are read back from neighbor ranks, so where a periodic dimension is shorter than
+    the neighborhood's reach (``+1`` and ``-1`` reach one rank) they are one valid reading of it,
+    not necessarily the list the graph was made from: a 2x2 torus's Moore neighborhood reads as
+    ``(-1,-1)`` four times, ``(-1,0)`` and ``(0,-1)`` twice each. Blocks reach the same ranks
+    and the counts are the same; the rounds and the order of items in a message may differ from
+    those the simulator (which keeps the generator's list) shows.
     """
     def local():
         grid = grid_from_option(grid_option, comm.Get_size())
