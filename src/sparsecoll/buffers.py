@@ -277,6 +277,12 @@ def _split(spec, arg: str, pair_types: tuple):
     return spec, None, None, None
 
 
+def buffer_object(spec):
+    """The buffer object of a buffer argument (a spec's first entry, else the argument itself),
+    without checks: :func:`parse_simple` and friends check it."""
+    return spec[0] if isinstance(spec, (list, tuple)) and spec else spec
+
+
 def _buffer_and_datatype(buf_obj, datatype, readonly: bool, arg: str) -> tuple:
     """(is MPI.BOTTOM, address, nbytes, checked datatype) of a simple or vector spec."""
     bottom = buf_obj is MPI.BOTTOM

@@ -26,7 +26,7 @@ from types import MappingProxyType
 import numpy
 from mpi4py import MPI
 
-from .buffers import parse_simple
+from .buffers import buffer_object, parse_simple
 from .checks import is_integer, positive_integer
 from .execute import DEFAULT_EXECUTOR
 from .hierarchy import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name, objects
@@ -557,11 +557,17 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         return call.runtime.persistent(call, sendbuf, recvbuf, info)
 
     def _allgatherw_as_alltoallw(self, sendbuf, recvbuf):
-        """MPI has no allgatherw: express it as alltoallw with every send block at displacement 0."""
+        """MPI has no allgatherw: express it as alltoallw with every send block at the one block's
+        place. Over the user's buffer object, so that mpi4py's request holds it while it runs
+        (over ``MPI.BOTTOM`` with the absolute address the temporary array of a nonblocking call
+        was freed before the library read it); over ``MPI.BOTTOM`` where the user gave that."""
         send = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
         outdegree = self.topology.outdegree
         address, count, datatype = send.piece(0)
-        return [MPI.BOTTOM, [count] * outdegree, [address] * outdegree, [datatype] * outdegree], recvbuf
+        if send.address == 0:  # the user's MPI.BOTTOM (absolute addresses): the user holds the memory
+            return [MPI.BOTTOM, [count] * outdegree, [address] * outdegree, [datatype] * outdegree], recvbuf
+        displacements = [send.displs[0]] * outdegree
+        return [buffer_object(sendbuf), [count] * outdegree, displacements, [datatype] * outdegree], recvbuf
 
     # -- pickle-based -------------------------------------------------------------------------
     def _sc_library_objects(self) -> bool:

@@ -756,3 +756,38 @@ def test_plan_stats_counts_the_messages_that_go_on_the_wire(executor, block, col
         assert counted["wire_recvs"] <= stats["recvs"]
     finally:
         comm.Free()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("form", ["nonblocking", "persistent"])
+@pytest.mark.parametrize("algorithm", ["native", "auto"])
+def test_the_library_s_allgatherw_holds_a_temporary_send_array(algorithm, form):
+    """Requests hold their buffers (as mpi4py's do): the library's allgatherw (an alltoallw) read
+    the send block by absolute address over MPI.BOTTOM, so a temporary send array was freed
+    before a peer's rendezvous read it (MPICH: the receive blocks held other data)."""
+    import gc
+    import time
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    comm = sparsecoll.wrap(WORLD.Create_cart([size], periods=[True]), algorithm)
+    n, degree = 200_000, 2  # 1.6 MB blocks: past every eager limit
+    try:
+        for _ in range(2):
+            recv = numpy.full(degree * n, -1.0)
+            spec = [recv, ([n] * degree, [8 * n * k for k in range(degree)]), [MPI.DOUBLE] * degree]
+            if rank == 0:
+                time.sleep(0.2)  # the others' sends wait for this rank's receives
+            if form == "nonblocking":
+                request = comm.Ineighbor_allgatherw(numpy.full(n, float(rank + 1)), spec)
+            else:
+                request = comm.Neighbor_allgatherw_init(numpy.full(n, float(rank + 1)), spec)
+                request.Start()
+            gc.collect()
+            overwrite = [numpy.full(n, -5.0) for _ in range(20)]  # reuses the freed memory
+            request.Wait()
+            if form == "persistent":
+                request.Free()
+            del overwrite
+            expected = numpy.concatenate([numpy.full(n, float((rank + shift) % size + 1)) for shift in (-1, 1)])
+            assert recv.tobytes() == expected.tobytes()
+    finally:
+        comm.Free()
