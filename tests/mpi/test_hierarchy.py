@@ -854,6 +854,32 @@ def test_wrappers_of_one_handle_share_one_node_structure_freed_with_the_handle()
     assert node_comm == MPI.COMM_NULL and other._sc_hier().layout.node_comm == MPI.COMM_NULL
 
 
+def test_two_inter_node_closures_of_one_name_are_not_merged():
+    """Two wrappers of one handle with equal options but different inter_node objects of one
+    qualified name: the second shared the first's structure, and its callable never ran."""
+    from sparsecoll.hierarchy.handles import structures_made
+    called = {"first": 0, "second": 0}
+
+    def make(name):
+        def leaders_collectives(leader_comm):
+            called[name] += 1
+            return leader_comm
+        return leaders_collectives
+    raw = WORLD.Dup()
+    first = sparsecoll.wrap(raw, ranks_per_node=2, inter_node=make("first"))
+    same_object = sparsecoll.wrap(raw, ranks_per_node=2, inter_node=first._sc_hierarchy_options["inter_node"])
+    second = sparsecoll.wrap(raw, ranks_per_node=2, inter_node=make("second"))
+    recv = numpy.zeros(1)
+    for wrapped in (first, same_object, second):
+        wrapped.Allreduce(numpy.ones(1), recv)
+        assert recv[0] == SIZE
+    leader = RANK % 2 == 0
+    assert called == {"first": int(leader), "second": int(leader)}
+    assert same_object._sc_hier() is first._sc_hier() is not second._sc_hier()
+    assert structures_made(raw) == 2
+    raw.Free()
+
+
 def test_a_copy_of_a_wrapper_makes_one_node_structure_and_its_free_frees_it(monkeypatch):
     """Dup, Clone and Dup_with_info of a wrapped intracommunicator: the copy's wrap agreed on its
     options with the copy's own (hierarchical) Allreduce, which made a second node structure

@@ -317,6 +317,30 @@ def test_request_windows_are_freed_once_every_rank_freed_its_request(ring, execu
     _agree(failures)
 
 
+@pytest.mark.parametrize("executor", RMA_EXECUTORS)
+def test_requests_past_the_window_limit_run_on_the_step_executor(moore, executor, monkeypatch):
+    """Each window takes a communicator context (MPICH hung once about 2000 were spent), so past
+    MAX_REQUEST_WINDOWS live requests the next ones run on the step executor; started in
+    different orders on different ranks, every request still delivers."""
+    monkeypatch.setattr(rma, "MAX_REQUEST_WINDOWS", 2)
+    comm = sparsecoll.wrap(moore, "cartesian", executor=executor)
+    windows = comm.runtime.prepared_executor(executor).factory.requests
+    sends = [_blocks(comm, 2, salt, False) for salt in range(4)]
+    recvs = [numpy.full(comm.topology.indegree * 2, -1.0) for _ in range(4)]
+    requests = [comm.Neighbor_alltoall_init(send, recv) for send, recv in zip(sends, recvs)]
+    try:
+        assert len(windows.entries) == 2
+        for request in requests if RANK % 2 == 0 else requests[::-1]:
+            request.Start()
+        sparsecoll.waitall(requests)
+    finally:
+        for request in requests:
+            request.Free()
+    failures = [k for k, (send, recv) in enumerate(zip(sends, recvs))
+                if recv.tobytes() != _library_alltoall(comm, send, 2).tobytes()]
+    _agree(failures)
+
+
 def test_a_request_window_failing_on_one_rank_runs_that_request_on_the_step_executor(ring, monkeypatch):
     """Where one request's window cannot be made on some rank, every rank runs that request on
     the step executor (the handle's window and its calls are untouched)."""

@@ -139,6 +139,11 @@ from .rtr_tree import counts as rtr_counts
 CANARY = 0x5CA9A7A5C0FFEE5C
 #: Bytes of the canary word (and of the flag words).
 WORD = 8
+#: Persistent requests of one communicator and variant that get a window of their own at once;
+#: later ones run on the step executor. Every window takes a communicator context from the
+#: library: MPICH 5.0.2 has about 2000 for the whole program and hung (no error) in
+#: ``Win.Create_dynamic`` once they were spent (2000 live requests on one communicator).
+MAX_REQUEST_WINDOWS = 256
 
 _Startall = MPI.Prequest.Startall
 _Testall = MPI.Request.Testall
@@ -823,8 +828,11 @@ class RequestWindows:
 
     def open(self, comm: MPI.Comm):
         """``(window, entry)`` for a new request (collective), or ``(None, None)`` where a rank
-        could not make one (every rank then runs the request on the step executor)."""
+        could not make one, or :data:`MAX_REQUEST_WINDOWS` are open (the same count on every rank):
+        every rank then runs the request on the step executor."""
         self.sweep(comm)
+        if len(self.entries) >= MAX_REQUEST_WINDOWS:
+            return None, None
         window, _ = open_window(comm, self.canary)
         if window is None:
             return None, None

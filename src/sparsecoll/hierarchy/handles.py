@@ -5,7 +5,8 @@ wrapper object, it would outlive the handle when the handle is freed through ano
 user's own, a second wrapper) and be made anew by every ``wrap`` of a handle the program never
 frees (``MPI.COMM_WORLD``): MPICH runs out of communicators after about 680 of either. So it is an
 attribute of the handle, like the neighborhood runtime (:mod:`sparsecoll.runtime.communicator`):
-every wrapper of the handle with equal options takes the same one, and ``MPI_Comm_free`` of the
+every wrapper of the handle with equal options (an ``inter_node`` callable: the same object)
+takes the same one, and ``MPI_Comm_free`` of the
 handle, through any object, frees it (the attribute's delete callback, run by every rank inside
 that collective call).
 
@@ -35,29 +36,51 @@ def _describe(value) -> str:
     return repr(value)
 
 
-def _free_all(comm, keyval, structures: dict) -> None:
-    for hierarchy in structures.values():
+def _free_all(comm, keyval, registry: dict) -> None:
+    for hierarchy, _ in registry["shared"].values():
         hierarchy.free()
-    structures.clear()
+    for hierarchy in registry["own"]:
+        hierarchy.free()
+    registry["shared"].clear()
+    registry["own"].clear()
 
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_free_all)
 
 
+def _registry(comm) -> dict:
+    registry = comm.Get_attr(_KEYVAL)
+    if registry is None:
+        registry = {"shared": {}, "own": []}  # key -> (structure, its inter_node); structures of one wrapper
+        comm.Set_attr(_KEYVAL, registry)
+    return registry
+
+
 def hierarchy_of(comm: MPI.Intracomm, options) -> Hierarchy:
-    """The node structure of ``comm``'s handle for ``options`` (made, collectively, the first time)."""
-    structures = comm.Get_attr(_KEYVAL)
-    if structures is None:
-        structures = {}
-        comm.Set_attr(_KEYVAL, structures)
+    """The node structure of ``comm``'s handle for ``options`` (made, collectively, the first time).
+
+    An ``inter_node`` callable is compared by name across ranks (:func:`options_key`), so two
+    different callables of one name give one key: a later wrapper shares the structure only if
+    every rank passed the very object the structure was made with (one allreduce says so), else
+    it gets a structure of its own (freed with the handle too)."""
+    registry = _registry(comm)
+    options = dict(options)
     key = options_key(options)
-    hierarchy = structures.get(key)
-    if hierarchy is None:
-        hierarchy = structures[key] = Hierarchy(comm, **dict(options))
+    found = registry["shared"].get(key)
+    if found is None:
+        hierarchy = Hierarchy(comm, **options)
+        registry["shared"][key] = (hierarchy, options.get("inter_node"))
+        return hierarchy
+    hierarchy, inter_node = found
+    if options.get("inter_node") is not None:
+        same = MPI.Intracomm.allreduce(comm, inter_node is options["inter_node"], op=MPI.LAND)  # the library's
+        if not same:
+            hierarchy = Hierarchy(comm, **options)
+            registry["own"].append(hierarchy)
     return hierarchy
 
 
 def structures_made(comm: MPI.Comm) -> int:
     """How many node structures ``comm``'s handle holds (local)."""
-    structures = comm.Get_attr(_KEYVAL)
-    return 0 if structures is None else len(structures)
+    registry = comm.Get_attr(_KEYVAL)
+    return 0 if registry is None else len(registry["shared"]) + len(registry["own"])
