@@ -86,6 +86,10 @@ def test_bench_measures_every_pattern_algorithm_once_per_executor_in_the_same_ru
         (label, entry["executor"] or "") for label, entry in entries.items()]
     for label in entries:
         assert label in run.stdout
+    by_label = {row["algorithm"]: row for row in rows}
+    for label in ("direct[steps]", "direct[dag]"):  # a 2x2 Moore grid: 8 edges to 3 ranks, joined on the wire
+        assert int(by_label[label]["wire_messages_max"]) == 3 < int(by_label[label]["messages_max"]) == 8
+    assert by_label["native"]["wire_messages_max"] == ""  # the library's messages are not counted
 
 
 def test_bad_algorithm_options_and_executors_stop_before_launching():

@@ -48,14 +48,16 @@ def environment(world, settings: dict, cores: int) -> dict:
 
 def write_files(out: Path, results: list, env: dict) -> list:
     """results.json (every sample), results.csv (one row per algorithm column and case; ``executor``:
-    the executor of a sparsecoll column, empty for ``native`` and ``auto``)."""
+    the executor of a sparsecoll column, empty for ``native`` and ``auto``; ``messages_*``: the
+    schedule's messages to other ranks, ``wire_messages_max``: those the step or DAG executor
+    sent after joining a step's messages to one peer, empty where it did not count them)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"environment": env, "results": results}, indent=1))
     fields = ["topology", "collective", "size", "mode", "algorithm", "executor", "median_s", "q1_s", "q3_s",
               "ratio_to_native_median", "ratio_q1", "ratio_q3", "speedup_median", "build_s", "first_call_s",
               "phase1_s", "phase1_cpu_s", "phase2_s", "phase2_cpu_s", "phase2_bind_s", "binds_per_call", "steps_max",
               "messages_max", "messages_mean", "items_max", "bytes_max", "bytes_mean", "agrees_with_native",
-              "auto_chose"]
+              "auto_chose", "wire_messages_max"]
     with open(out / "results.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(fields)
@@ -70,7 +72,7 @@ def write_files(out: Path, results: list, env: dict) -> list:
                                  e["phase2_cpu_seconds"], e["phase2_bind_seconds"],
                                  e["binds_per_call"], p["steps_max"], p["messages_max"], p["messages_mean"],
                                  p["items_max"], p["bytes_max"], p["bytes_mean"], e["agrees_with_native"],
-                                 e.get("chosen", "")])
+                                 e.get("chosen", ""), p.get("executor_counts", {}).get("wire_sends_max", "")])
     return [out / "results.json", out / "results.csv"]
 
 
