@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy
 import pytest
 
-from sparsecoll.sim.hierarchy import (
+from sparsecoll.model.hierarchy import (
     COLLECTIVES,
     Nodes,
     Params,

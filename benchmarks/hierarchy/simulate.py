@@ -6,7 +6,7 @@ Table II analogue: the mean time each rank spends inside a Reduce (and an Allred
 arrive uniformly at random in [0, spread * T] (a micro-kernel of T ms with random imbalance before
 each call; --spread 1 by default):
 the MPI library, fixed leaders and dynamic leaders (section III), at 256 nodes of 32 ranks and at 16
-ranks as 2, 4 and 8 emulated nodes. The model is ``sparsecoll.sim.hierarchy``; prints Markdown.
+ranks as 2, 4 and 8 emulated nodes. The model is ``sparsecoll.model.hierarchy``; prints Markdown.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from sparsecoll.sim.hierarchy import (
+from sparsecoll.model.hierarchy import (
     COLLECTIVES,
     METHODS,
     MPICH_THRESHOLDS,

@@ -2,8 +2,8 @@
 
 :mod:`.world` gives the virtual communicators (greenlets, MPI matching, deadlock
 detection, counters); :mod:`.harness` runs any registered algorithm's builder on all
-virtual ranks and verifies what it produces. :mod:`.hierarchy` is a cost model of the universal
-hierarchical collectives and of dynamic-leader reductions under imbalanced arrival (no virtual ranks).
+virtual ranks and verifies what it produces. (The cost model of the hierarchical collectives,
+which needs no virtual ranks, is :mod:`sparsecoll.model.hierarchy`.)
 """
 
 from .world import ANY_SOURCE, ANY_TAG, Counters, DeadlockError, RankError, Request, SimulationError, VirtualComm, World
