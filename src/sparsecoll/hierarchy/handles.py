@@ -6,9 +6,8 @@ user's own, a second wrapper) and be made anew by every ``wrap`` of a handle the
 frees (``MPI.COMM_WORLD``): MPICH runs out of communicators after about 680 of either. So it is an
 attribute of the handle, like the neighborhood runtime (:mod:`sparsecoll.runtime.communicator`):
 every wrapper of the handle with equal options (an ``inter_node`` callable: the same object)
-takes the same one, and ``MPI_Comm_free`` of the
-handle, through any object, frees it (the attribute's delete callback, run by every rank inside
-that collective call).
+takes the same one, and ``MPI_Comm_free`` of the handle, through any object, frees it (the
+attribute's delete callback, run by every rank inside that collective call).
 
 Whether one exists is collective knowledge: structures are made at calls every rank makes
 together, for options the ranks agreed on (``wrap`` checks them with one allreduce), and dropped
