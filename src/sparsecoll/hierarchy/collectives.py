@@ -364,7 +364,7 @@ class Hierarchy:
                 sent = parse_simple(sendbuf, self.size, readonly=True, arg="sendbuf")
                 block = packed_size(sent.counts[0], sent.types[0])
                 if not self.check_arguments:  # (else the agreement raises it on every rank)
-                    _check_same(target, block, "recvbuf", "sendbuf's block")
+                    _check_same_bytes(target, block, "recvbuf", "sendbuf's block")
             else:
                 block = packed_size(target.counts[0], target.types[0])
         offsets, counts, displs = gather_placement(numpy.full(self.size, block, numpy.int64), self.members)
@@ -389,7 +389,7 @@ class Hierarchy:
                 sent = parse_vector(sendbuf, self.size, readonly=True, arg="sendbuf")
                 mine = packed_size(sent.counts[root], sent.types[root])
                 if not self.check_arguments:  # (else the agreement raises it on every rank)
-                    _check_same(target, mine, "recvbuf", f"sendbuf's block {root}")
+                    _check_same_bytes(target, mine, "recvbuf", f"sendbuf's block {root}")
                 elif target is not None:
                     mine = packed_size(target.counts[0], target.types[0])
             else:
@@ -730,7 +730,7 @@ def _block_sizes(blocks) -> numpy.ndarray:
                           dtype=numpy.int64, count=len(blocks.counts))
 
 
-def _check_same(target, nbytes: int, arg: str, what: str) -> None:
+def _check_same_bytes(target, nbytes: int, arg: str, what: str) -> None:
     if target is not None:
         have = packed_size(target.counts[0], target.types[0])
         if have != nbytes:

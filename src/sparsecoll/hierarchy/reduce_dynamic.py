@@ -194,7 +194,7 @@ class DynamicReduce:
                            readonly=not in_place)
         result = self._parse(recvbuf, "recvbuf", readonly=False) if is_root else None
         if result is not None:
-            _check_same(mine, result)
+            _check_same_count(mine, result)
         self._dynamic(mine, result, op, root, broadcast=False)
         return True
 
@@ -208,7 +208,7 @@ class DynamicReduce:
             return self.fixed_allreduce(sendbuf, recvbuf, op)
         result = self._parse(recvbuf, "recvbuf", readonly=False)
         mine = result if is_in_place(sendbuf) else self._parse(sendbuf, "sendbuf", readonly=True)
-        _check_same(mine, result)
+        _check_same_count(mine, result)
         self._dynamic(mine, result, op, 0, broadcast=True)
         return True
 
@@ -513,6 +513,6 @@ def _element_type(datatype: MPI.Datatype):
 
 
 
-def _check_same(mine: tuple, result: tuple) -> None:
+def _check_same_count(mine: tuple, result: tuple) -> None:
     if mine[1].count != result[1].count:
         raise ValueError(f"recvbuf: holds {result[1].count} elements but the data has {mine[1].count}")
