@@ -187,13 +187,13 @@ class Executor:
     it is dropped: the joined message leaves at its first member's turn.
     """
 
-    __slots__ = ("steps", "_datatypes", "_schedule", "_wire")
+    __slots__ = ("steps", "_datatypes", "_schedule", "_rank")
 
     def __init__(self, comm: MPI.Comm, schedule: Schedule, tag: int):
         self._schedule = schedule  # keeps its temporary space alive
         self._datatypes = []
         self.steps = []
-        self._wire = {"wire_sends": 0, "wire_recvs": 0}
+        self._rank = comm.Get_rank()
         recvs, sends = [], []  # (peer, pieces, message references) per wire message
         wire_of = {}           # (kind, step, index) of a Pattern message -> (kind, wire index)
         for s, (step_sends, step_recvs) in enumerate(schedule.steps):
@@ -203,7 +203,6 @@ class Executor:
                         wire_of[(kind, s, i)] = (kind, len(out))
                     out.append((messages[run[0]].peer, tuple(p for i in run for p in messages[i].pieces),
                                 [(s, i) for i in run]))
-        self._wire = wire_counts(comm.Get_rank(), [peer for peer, _, _ in sends], [peer for peer, _, _ in recvs])
         datatypes = self._datatypes
         copies = copy_requests(comm, schedule, tag, datatypes)  # one last stage, as the step executor runs them
         if not recvs and not sends:
@@ -244,7 +243,7 @@ class Executor:
 
     def counts(self) -> dict:
         """The messages one run sends to and receives from other ranks (:func:`.p2p.wire_counts`)."""
-        return dict(self._wire)
+        return wire_counts(self._schedule, self._rank)
 
     def free(self) -> None:
         """Release requests and datatypes (no run may be in flight; idempotent)."""

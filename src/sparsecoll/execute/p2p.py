@@ -80,12 +80,15 @@ def message_datatype(pieces) -> MPI.Datatype:
     return datatype.Commit()
 
 
-def wire_counts(rank: int, send_peers, recv_peers) -> dict:
-    """``wire_sends`` / ``wire_recvs``: an executor's messages to and from other ranks, after the
-    messages of a step to one peer were joined (:func:`wire_runs`); the Pattern's ``sends`` count
-    them before, and neither counts the messages to self of the final local copies."""
-    return {"wire_sends": sum(1 for peer in send_peers if peer != rank),
-            "wire_recvs": sum(1 for peer in recv_peers if peer != rank)}
+def wire_counts(schedule: Schedule, rank: int) -> dict:
+    """``wire_sends`` / ``wire_recvs``: the messages a run of ``schedule`` by the step or DAG
+    executor sends to and receives from other ranks, those of a step to one peer joined
+    (:func:`coalesce`); the Pattern's ``sends`` count them before, and neither counts the
+    messages to self of the final local copies. Counted when asked, not when the executor is made."""
+    def others(messages) -> int:
+        return sum(1 for peer, _ in coalesce(messages) if peer != rank)
+    return {"wire_sends": sum(others(sends) for sends, _ in schedule.steps),
+            "wire_recvs": sum(others(recvs) for _, recvs in schedule.steps)}
 
 
 def pattern_wire_sends(pattern, block_bytes: int, limits: WireLimits | None = None) -> int:
@@ -203,29 +206,27 @@ def free_executor(executor) -> None:
 class Executor:
     """Persistent requests for every step of one bound Schedule on one communicator."""
 
-    __slots__ = ("steps", "_datatypes", "_schedule", "_wire")
+    __slots__ = ("steps", "_datatypes", "_schedule", "_rank")
 
     def __init__(self, comm: MPI.Comm, schedule: Schedule, tag: int):
         self._schedule = schedule  # keeps its temporary space alive
+        self._rank = comm.Get_rank()
         self._datatypes = datatypes = []
         self.steps = []
-        me, wire_recvs, wire_sends = comm.Get_rank(), [], []
         for sends, recvs in schedule.steps:
-            recvs, sends = coalesce(recvs), coalesce(sends)
-            wire_recvs += [peer for peer, _ in recvs]
-            wire_sends += [peer for peer, _ in sends]
-            requests = [comm.Recv_init(message_buffer(pieces, datatypes), peer, tag) for peer, pieces in recvs]
-            requests += [comm.Send_init(message_buffer(pieces, datatypes), peer, tag) for peer, pieces in sends]
+            requests = [comm.Recv_init(message_buffer(pieces, datatypes), peer, tag)
+                        for peer, pieces in coalesce(recvs)]
+            requests += [comm.Send_init(message_buffer(pieces, datatypes), peer, tag)
+                         for peer, pieces in coalesce(sends)]
             if requests:
                 self.steps.append(requests)
-        self._wire = wire_counts(me, wire_sends, wire_recvs)
         copies = copy_requests(comm, schedule, tag, datatypes)
         if copies:
             self.steps.append(copies)
 
     def counts(self) -> dict:
         """The messages one run sends to and receives from other ranks (:func:`wire_counts`)."""
-        return dict(self._wire)
+        return wire_counts(self._schedule, self._rank)
 
     def free(self) -> None:
         """Release requests and datatypes (no step of the executor may be in flight; idempotent)."""
