@@ -21,10 +21,13 @@ copy-in every node rank reduces its share of the elements over the node's ranks 
 (``x0 op (x1 op (... op x_{k-1}))``, so a non-commutative operation keeps MPI's order), then
 the leaders reduce across nodes in node order. Fallback, decided from arguments every rank
 shares: a reduction runs the library's own collective on the whole communicator when the
-datatype is not built of one contiguous predefined type, when a user-defined operation gets a
-derived datatype (MPI calls its function with the user's datatype, on data in that layout: a
-resized double with padding was reduced as packed doubles before), or when a
-non-commutative operation meets nodes that are not consecutive rank ranges.
+datatype's type signature is not one contiguous predefined type, or when a non-commutative
+operation meets nodes that are not consecutive rank ranges. MPI calls a user-defined operation's
+function with the program's datatype, on data in that datatype's layout: a rank whose datatype
+is derived reduces whole elements of it, unpacked into its layout and packed back (a resized
+double with padding was reduced as packed doubles once). Which handle a rank passes is its own
+(``DOUBLE`` on one rank, a duplicate of it on another, is one signature), so it decides
+nothing: that did once, and ranks passing such handles ran different algorithms and hung.
 
 Buffers: the shared buffer and the count table are used in two halves, alternating per call
 (every rank makes the same calls in the same order), so a rank that leaves a collective early
@@ -57,6 +60,7 @@ from mpi4py import MPI
 from ..buffers import is_in_place, parse_simple, parse_vector, reject_in_place
 from ..checks import is_integer, reduction_op
 from .copying import (
+    laid_out,
     pack,
     pack_block,
     pack_blocks,
@@ -518,13 +522,10 @@ class Hierarchy:
         """``(basic, per_element)`` to reduce packed ``datatype`` data on, or None for the library's
         collective (see the module docstring); depends only on arguments every rank shares."""
         reduction_op(op)
-        element = reduction_element(datatype)
+        element = reduction_element(datatype)  # from the type signature, which every rank shares
         reason = None
         if element is None:
             reason = "the datatype is not built of one predefined contiguous type"
-        elif not op.is_predefined and not datatype.is_predefined:
-            # MPI calls a user's op with the program's datatype, on data in its layout (not packed)
-            reason = "a user-defined op on a derived datatype"
         elif not op.is_commutative and not self.layout.contiguous:
             reason = "a non-commutative op, and the nodes are not consecutive rank ranges (MPI's order)"
         self.library_reason = reason
@@ -554,11 +555,11 @@ class Hierarchy:
         result, elements, basic = reduced
         if self.leader is not None:
             root_node = self._root_node(root)
-            spec = [result, elements, basic]
-            if self.layout.node == root_node:
-                self.leader.Reduce(MPI.IN_PLACE, spec, op, root=root_node)
-            else:
-                self.leader.Reduce(spec, None, op, root=root_node)
+            with _reduction_spec(result, elements, basic, count, datatype, op) as spec:
+                if self.layout.node == root_node:
+                    self.leader.Reduce(MPI.IN_PLACE, spec, op, root=root_node)
+                else:
+                    self.leader.Reduce(spec, None, op, root=root_node)
         self._barrier()
         if target is not None:
             unpack(result, 0, target.address + target.displs[0], count, datatype)
@@ -574,7 +575,8 @@ class Hierarchy:
             return None
         basic, per = plan
         self._begin()
-        result = self._node_reduce([(source.address + source.displs[0], count, datatype)], count * per, basic, op)
+        result = self._node_reduce([(source.address + source.displs[0], count, datatype)], count * per, basic, op,
+                                   element=(per, datatype))
         return result, count * per, basic
 
     def allreduce(self, sendbuf, recvbuf, op, *, fixed: bool = False) -> bool:
@@ -593,7 +595,8 @@ class Hierarchy:
             return False
         result, elements, basic = reduced
         if self.leader is not None:
-            self.leader.Allreduce(MPI.IN_PLACE, [result, elements, basic], op)
+            with _reduction_spec(result, elements, basic, count, datatype, op) as spec:
+                self.leader.Allreduce(MPI.IN_PLACE, spec, op)
         self._barrier()
         unpack(result, 0, target.address + target.displs[0], count, datatype)
         return True
@@ -634,17 +637,27 @@ class Hierarchy:
         elements = numpy.asarray(counts, dtype=numpy.int64) * per
         offsets, node_counts, node_displs = gather_placement(elements, self.members)
         self._begin()
-        result = self._node_reduce(pieces, int(elements.sum()), basic, op, offsets)
+        total = int(elements.sum())
+        result = self._node_reduce(pieces, total, basic, op, offsets, element=(per, datatype))
         node = self.layout.node
         esize = basic.Get_size()
         if self.leader is not None:
             # not in place: MPICH 5.0.2's in-place Reduce_scatter moves a block larger than its offset
             # to the buffer's start by an overlapping memcpy and aborts (counts 17500, 35000, 52500,
             # 70000 int64 on 2 nodes of 2); the node's share is copied to the result's start after
-            share = numpy.empty(int(node_counts[node]) * esize, dtype=numpy.uint8)
-            self.leader.Reduce_scatter([result, int(elements.sum()), basic], [share, int(node_counts[node]), basic],
-                                       node_counts.tolist(), op)
-            result[:share.size] = share
+            first, size = int(node_displs[node]) * esize, int(node_counts[node]) * esize
+            if op.is_predefined:
+                share = numpy.empty(size, dtype=numpy.uint8)
+                self.leader.Reduce_scatter([result, total, basic], [share, size // esize, basic],
+                                           node_counts.tolist(), op)
+            else:
+                # MPICH 5.0.2's Reduce_scatter(_block) with a user-defined op on a resized datatype fails
+                # an assertion or writes past its buffers (4 ranks, no sparsecoll): with a user-defined
+                # op the leaders reduce the whole vector and keep their node's share
+                with _reduction_spec(result, total, basic, total // per, datatype, op) as spec:
+                    self.leader.Allreduce(MPI.IN_PLACE, spec, op)
+                share = result[first:first + size].copy()
+            result[:size] = share
         self._barrier()
         start = int(offsets[self.rank] - node_displs[node]) * esize
         unpack(result, start, target.address + target.displs[0], counts[self.rank], datatype)
@@ -668,11 +681,16 @@ class Hierarchy:
                              f"({'sum(recvcounts)' if in_place else f'recvcounts[{self.rank}]'})")
         return counts
 
-    def _node_reduce(self, pieces, elements: int, basic: MPI.Datatype, op: MPI.Op, element_offsets=None):
+    def _node_reduce(self, pieces, elements: int, basic: MPI.Datatype, op: MPI.Op, element_offsets=None,
+                     element=(1, None)):
         """CopyIn of this rank's ``pieces`` (``(address, count, datatype)``, at ``element_offsets``
         in basic elements, else one after another), barrier, the node reduction in rank order of
         this rank's share of the elements, barrier, and for leaders nothing more: returns the
-        node's result (in shared memory, ``elements`` basic elements)."""
+        node's result (in shared memory, ``elements`` basic elements).
+
+        ``element``: ``(per, datatype)``, the program's datatype and the basic elements in one of
+        it; a user-defined op reduces whole elements of it, in its layout (:func:`_reduction_spec`).
+        """
         esize = basic.Get_size()
         slot = aligned(elements * esize)
         k, q = self.node_size, self.position
@@ -684,13 +702,17 @@ class Hierarchy:
                 offset = int(element_offsets[index]) * esize
             offset += pack(address, count, datatype, mine, offset)
         self._barrier()
-        start, stop = element_slices(elements, k)[q]
+        per, datatype = element if not op.is_predefined else (1, None)
+        start, stop = (per * end for end in element_slices(elements // per, k)[q])  # shares of whole elements
         if k > 1 and stop > start:
             first, last = start * esize, stop * esize
             accumulator = shared[(k - 1) * slot + first:(k - 1) * slot + last]
-            for i in range(k - 2, -1, -1):  # x_i op (x_{i+1} op ...): MPI's rank order
-                op.Reduce_local([shared[i * slot + first:i * slot + last], stop - start, basic],
-                                [accumulator, stop - start, basic])
+            count = (stop - start) // per
+            with _reduction_spec(accumulator, stop - start, basic, count, datatype, op) as target:
+                for i in range(k - 2, -1, -1):  # x_i op (x_{i+1} op ...): MPI's rank order
+                    with _reduction_spec(shared[i * slot + first:i * slot + last], stop - start, basic, count,
+                                         datatype, op, write_back=False) as source:
+                        op.Reduce_local(source, target)
         self._barrier()
         return shared[(k - 1) * slot:(k - 1) * slot + elements * esize]
 
@@ -706,6 +728,24 @@ class Hierarchy:
         if sent != expected and not self.check_arguments:  # (else the agreement raises it on every rank)
             raise ValueError(f"{arg}: {sent} bytes, but recvbuf's block {index} holds {expected} bytes")
         return source, 0
+
+
+def _reduction_spec(packed: numpy.ndarray, elements: int, basic: MPI.Datatype, count: int, datatype, op: MPI.Op,
+                    write_back: bool = True):
+    """The buffer spec a reduction by ``op`` acts on for the packed data at ``packed``: ``elements``
+    of ``basic`` for a predefined op or datatype; for a user-defined op on a derived datatype the
+    data as ``count`` x ``datatype`` in that datatype's layout (:func:`.copying.laid_out`), since MPI
+    calls the op's function with the program's datatype. Ranks may pass different handles of one
+    type signature (``DOUBLE`` on one, a duplicate on another): each calls the op with its own."""
+    if _in_own_layout(op, datatype):
+        return laid_out(packed, count, datatype, write_back)
+    return nullcontext([packed, elements, basic])
+
+
+def _in_own_layout(op: MPI.Op, datatype) -> bool:
+    """Whether a reduction by ``op`` on ``datatype`` runs on the data in ``datatype``'s layout
+    (a user-defined op on a derived datatype) rather than on packed basic elements."""
+    return not op.is_predefined and datatype is not None and not datatype.is_predefined
 
 
 def _half_of(window: SharedWindow, half: int, nbytes: int, node_size: int) -> numpy.ndarray:

@@ -10,6 +10,8 @@ says of the vector collectives. Contiguous datatypes are copied with numpy; othe
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy
 from mpi4py import MPI
 
@@ -68,6 +70,23 @@ def unpack(source: numpy.ndarray, offset: int, address: int, count: int, datatyp
             if layout is not datatype:
                 layout.Free()
     return nbytes
+
+
+@contextmanager
+def laid_out(packed: numpy.ndarray, count: int, datatype: MPI.Datatype, write_back: bool = True):
+    """The packed ``count`` x ``datatype`` at the start of ``packed``, unpacked into scratch memory in
+    ``datatype``'s own layout, as the buffer spec ``[memory, count, datatype]`` (MPI calls a user-defined
+    op with the program's datatype, on data in its layout); packed back into ``packed`` on exit
+    (``write_back``)."""
+    extent = datatype.Get_extent()[1]
+    first, end = span(count, datatype)
+    low, high = min(first, 0), max(end, count * extent)
+    scratch = numpy.zeros(high - low, dtype=_UINT8)
+    origin = scratch.ctypes.data - low
+    unpack(packed, 0, origin, count, datatype)
+    yield [MPI.memory.fromaddress(origin, high), count, datatype]
+    if write_back:
+        pack(origin, count, datatype, packed, 0)
 
 
 def _datatype_memory(address: int, count: int, datatype: MPI.Datatype, readonly: bool) -> tuple:

@@ -12,8 +12,10 @@ leaders performs the reduction."
 How this module does it, per call (``Reduce`` with root ``r`` on node ``R``):
 
 * Node part, in the node's own :class:`~.node.SharedWindow` (a ring of :data:`SLOTS` slots, one
-  per call modulo :data:`SLOTS`; each slot holds three int64 counters and an accumulator laid out
-  like the call's ``count`` x ``datatype``). A rank takes an arrival *ticket* with an atomic
+  per call modulo :data:`SLOTS`; each slot holds three int64 counters and an accumulator: the
+  call's ``count`` x ``datatype`` packed, the same bytes whichever datatype handle each rank
+  passed; a rank whose datatype is not contiguous reduces it in its own layout, unpacked into
+  scratch memory and packed back). A rank takes an arrival *ticket* with an atomic
   ``Win.Fetch_and_op(SUM)`` on the slot's ticket counter: its arrival index on the node. It then
   waits until the slot's *reduced* counter equals its ticket (the contributions are reduced one
   at a time in ticket order: a ticket lock), copies (index 0) or ``Op.Reduce_local``-s its buffer
@@ -64,13 +66,15 @@ sum(|x_i|)`` of the exact value, the bound of any summation order. A non-commuta
 (``Op.Is_commutative()`` false) falls back to the fixed-order reduction (the caller's, named in
 :meth:`DynamicReduce.stats`), as arrival order would change the operand order.
 
-Every rank must pass the same ``count`` and datatype (layout included, not only the type
-signature): the shared accumulator and the window's size are computed from them on each rank.
+Every rank passes the same ``count`` and a datatype of the same type signature, as MPI asks; the
+layouts may differ (``DOUBLE`` on one rank, a double resized to 16 bytes on another): the shared
+accumulator and the window's size follow from the packed size, which every rank computes alike.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy
@@ -78,6 +82,7 @@ from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, reject_in_place, span
 from ..checks import is_integer, reduction_op
+from .copying import is_contiguous, laid_out
 from .node import ALIGNMENT, NodeLayout, SharedWindow
 
 #: Slots in each node's ring: a rank may run this many calls ahead of its node's last arriver
@@ -293,7 +298,8 @@ class DynamicReduce:
 
         The slots' stride follows from the window's size, so it changes only when the window is
         remade, which every node rank does together, after its earlier calls."""
-        needed = SLOTS * (_COUNTERS_BYTES + -(-shape.nbytes // ALIGNMENT) * ALIGNMENT)
+        packed = shape.count * shape.datatype.Get_size()
+        needed = SLOTS * (_COUNTERS_BYTES + -(-packed // ALIGNMENT) * ALIGNMENT)
         per_rank = -(-needed // self.layout.node_comm.Get_size())
         seq = self.seq
         self.seq += 1
@@ -309,10 +315,16 @@ class DynamicReduce:
     def _counter(self, slot: int, which: int) -> int:
         return slot * _COUNTERS_BYTES + which
 
-    def _accumulator(self, shape: _Shape, slot: int) -> list:
+    def _accumulator(self, shape: _Shape, slot: int, write_back: bool = True):
+        """The slot's accumulator as a message of ``shape`` (a context): the slot holds the data
+        packed; a non-contiguous datatype's is unpacked into scratch memory in its layout and
+        packed back on exit (``write_back``)."""
         region = self.shared.region()
         start = SLOTS * _COUNTERS_BYTES + slot * self.slot_bytes
-        return shape.message(region.ctypes.data + start - shape.first)
+        packed = region[start:start + shape.count * shape.datatype.Get_size()]
+        if is_contiguous(shape.datatype):
+            return nullcontext([packed, shape.count, shape.datatype])
+        return laid_out(packed, shape.count, shape.datatype, write_back)
 
     def _fetch_add(self, displacement: int, op: MPI.Op = MPI.SUM) -> int:
         window = self.shared.window
@@ -339,11 +351,11 @@ class DynamicReduce:
         self._wait_until(self._counter(slot, _REDUCED), ticket, "turn_waits")
         window = self.shared.window
         window.Sync()
-        accumulator = self._accumulator(shape, slot)
-        if index == 0:
-            self.self_comm.Sendrecv(mine, 0, 0, accumulator, 0, 0)
-        else:
-            op.Reduce_local(mine, accumulator)
+        with self._accumulator(shape, slot) as accumulator:
+            if index == 0:
+                self.self_comm.Sendrecv(mine, 0, 0, accumulator, 0, 0)
+            else:
+                op.Reduce_local(mine, accumulator)
         window.Sync()
         self._fetch_add(self._counter(slot, _REDUCED))
         return index
@@ -352,7 +364,8 @@ class DynamicReduce:
         """Copy the node's complete result out of the slot and release the slot."""
         window = self.shared.window
         window.Sync()
-        self.self_comm.Sendrecv(self._accumulator(shape, slot), 0, 0, into, 0, 0)
+        with self._accumulator(shape, slot, write_back=False) as accumulator:
+            self.self_comm.Sendrecv(accumulator, 0, 0, into, 0, 0)
         window.Sync()
         self._fetch_add(self._counter(slot, _RELEASED))
 
@@ -415,7 +428,8 @@ class DynamicReduce:
             self.counts["control_received"] += 1
             window = self.shared.window
             window.Sync()
-            combine(self._accumulator(shape, slot))
+            with self._accumulator(shape, slot, write_back=False) as accumulator:
+                combine(accumulator)
             window.Sync()
             self._fetch_add(self._counter(slot, _RELEASED))
 
