@@ -711,6 +711,47 @@ def test_datatype_resized_to_an_extent_of_2_to_the_40(algorithm, collective):
         comm.Free()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["blocking", "nonblocking", "persistent"])
+@pytest.mark.parametrize("executor", ["steps", "dag", "rma"])
+@pytest.mark.parametrize("collective", ["alltoall", "allgather"])
+def test_a_forwarder_without_receives_whose_send_datatype_reads_an_element_twice(collective, executor, how):
+    """Case 5: MPI lets a send datatype name one element twice (only receiving through one is
+    erroneous). Edges 0->1, 1->3, 2->3, nodes of two ranks under ``node_aware``: ranks 0 and 2
+    receive nothing but carry their node's blocks, and send 4 ints read at offsets 0, 1, 1, 2;
+    the others send 4 contiguous ints (one type signature). A block in transit was stored
+    through the forwarder's send datatype, so one element landed twice and one never."""
+    if SIZE < 4:
+        pytest.skip("needs ranks 0-3")
+    edges = [(0, 1), (1, 3), (2, 3)]
+    graph = graph_from_edges(edges)
+    comm = sparsecoll.wrap(graph, "node_aware", executor=executor, ranks_per_socket=2, sockets_per_node=1)
+    overlapping = (MPI.INT.Create_vector(2, 2, 1) if RANK in (0, 2) else MPI.INT.Create_contiguous(4)).Commit()
+    try:
+        with agreed_failures() as failures:
+            destinations = [b for a, b in edges if a == RANK]
+            sources = [a for a, b in edges if b == RANK]
+            send = numpy.array([1000 * RANK + i for i in range(4 * max(len(destinations), 1) + 1)], dtype="i")
+            results = []
+            for run in (comm, graph):
+                recv = numpy.full(max(4 * len(sources), 1), -7, dtype="i")
+                spec = [send, 1, overlapping], [recv, 4, MPI.INT]
+                if how == "blocking":
+                    getattr(run, f"Neighbor_{collective}")(*spec)
+                elif how == "nonblocking":
+                    getattr(run, f"Ineighbor_{collective}")(*spec).Wait()
+                else:
+                    request = getattr(run, f"Neighbor_{collective}_init")(*spec)
+                    request.Start()
+                    request.Wait()
+                    request.Free()
+                results.append(recv)
+            compare(failures, collective, *results)
+    finally:
+        overlapping.Free()
+        comm.Free()
+
+
 # ---------------------------------------------------------------------------------
 # case 6: plan_stats is local
 

@@ -420,10 +420,14 @@ class CommRuntime:
         if sizes is not None:
             transit_size = lambda item: (sizes[item], MPI.BYTE)  # noqa: E731
         elif call.collective in REGULAR:
-            # regular collectives: every block has the local receive (else send) block_layout
-            reference = recv if len(recv) else send
-            if len(reference):
-                block_layout = (reference.counts[0], reference.types[0])
+            # regular collectives: a block in transit is stored like a local receive block, or where
+            # this rank receives nothing as packed bytes (a send datatype may name one element twice,
+            # which a receive through it would write over: MPI forbids that of receive datatypes only)
+            if len(recv):
+                block_layout = (recv.counts[0], recv.types[0])
+            elif len(send):
+                block_layout = (send.counts[0] * send.types[0].Get_size(), MPI.BYTE)
+            if len(recv) or len(send):
                 transit_size = lambda item: block_layout  # noqa: E731
         with ENGINE.lock:  # the progress thread binds too (size-passed nonblocking calls)
             self.schedules_bound += 1
