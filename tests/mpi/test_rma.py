@@ -441,3 +441,43 @@ def test_windows_made_everywhere_are_freed_when_a_later_step_fails(ring, monkeyp
     assert _alltoall_matches_library(comm, 2)
     assert comm.plan_stats("alltoall")["executor"].startswith("steps (rma_canary fallback: ")
     assert len(windows) == 1 and windows[0] == MPI.WIN_NULL
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("form", ["blocking", "nonblocking", "persistent"])
+@pytest.mark.parametrize("executor", RMA_EXECUTORS)
+def test_staging_copies_never_meet_the_programs_receives_on_comm_self(ring, executor, form):
+    """A strided datatype makes the executors stage (pack and unpack through messages to self).
+    Those went over the program's ``MPI.COMM_SELF``, where a receive it had posted (``ANY_TAG``)
+    took one of them and the collective hung; they now go over sparsecoll's private communicator,
+    and the program's receive gets the program's message."""
+    strided = MPI.INT64_T.Create_vector(2, 1, 2).Commit()  # two int64 with a gap: staged
+    comm = sparsecoll.wrap(ring, "direct", executor=executor)
+    mailbox = numpy.full(4, -1, dtype="i8")
+    posted = MPI.COMM_SELF.Irecv(mailbox, MPI.ANY_SOURCE, MPI.ANY_TAG)
+    try:
+        send = numpy.arange(8, dtype="i8") + 100 * RANK
+        received = []
+        for run in (comm, ring):
+            recv = numpy.full(8, -1, dtype="i8")
+            spec = ([send, [1, 1], [0, 32], [strided] * 2], [recv, [1, 1], [0, 32], [strided] * 2])
+            if form == "blocking" or run is ring:
+                run.Neighbor_alltoallw(*spec)
+            elif form == "nonblocking":
+                run.Ineighbor_alltoallw(*spec).Wait()
+            else:
+                request = run.Neighbor_alltoallw_init(*spec)
+                request.Start()
+                request.Wait()
+                request.Free()
+            received.append(recv)
+        assert received[0].tobytes() == received[1].tobytes()
+        assert not posted.Test()  # nothing of sparsecoll's reached the program's receive
+        MPI.COMM_SELF.Send(numpy.array([7, 8, 9, 10], dtype="i8"), 0, 5)
+        posted.Wait()
+        assert mailbox.tolist() == [7, 8, 9, 10]
+    finally:
+        if not posted.Test():
+            posted.Cancel()
+            posted.Wait()
+        strided.Free()  # (the fixture frees the handle, and sparsecoll's communicators with it)

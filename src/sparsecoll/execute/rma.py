@@ -58,7 +58,7 @@ Decisions, with their reasons:
   otherwise a staging slot of the executor, unpacked into the pieces once its arrival is seen.
   The origin puts straight from its pieces where each is of such a datatype (a hindexed
   ``MPI_BYTE`` type over absolute addresses), else it packs the message into a staging slot
-  first. Staging copies are messages to self on ``MPI_COMM_SELF`` with ``MPI_PACKED`` on the
+  first. Staging copies are messages to self on the private communicator with ``MPI_PACKED`` on the
   slot's side (``MPI_PACKED`` matches any type signature); this relies on the native packed
   format being the plain bytes in type-map order on a homogeneous system, so packed bytes on
   one rank unpack into the same values on another (MPICH and Open MPI without external32).
@@ -185,10 +185,12 @@ def bytes_datatype(segments, limit: int):
     return MPI.BYTE.Create_hindexed(lengths, addresses).Commit()
 
 
-def _local_copy(destination, source, tag: int) -> list:
-    """A copy as a pair of persistent messages to self on ``MPI_COMM_SELF`` (receive first)."""
-    self_comm = MPI.COMM_SELF
-    return [self_comm.Recv_init(destination, 0, tag), self_comm.Send_init(source, 0, tag)]
+def _local_copy(comm: MPI.Comm, destination, source, tag: int) -> list:
+    """A copy as a pair of persistent messages to self on ``comm``, sparsecoll's private
+    communicator, with the call's tag (receive first). Not ``MPI_COMM_SELF``: that is the
+    program's, whose receives (``ANY_TAG``, or the tag of a blocking call) took these messages."""
+    me = comm.Get_rank()
+    return [comm.Recv_init(destination, me, tag), comm.Send_init(source, me, tag)]
 
 
 def _run_copies(requests) -> None:
@@ -311,7 +313,7 @@ class _Step:
                 if r.nbytes:
                     datatype = message_datatype(r.pieces)
                     datatypes.append(datatype)
-                    r.unpack = _local_copy([MPI.BOTTOM, 1, datatype],
+                    r.unpack = _local_copy(comm, [MPI.BOTTOM, 1, datatype],
                                            [MPI.buffer.fromaddress(r.region, r.nbytes), r.nbytes, MPI.PACKED], tag)
             if canary:
                 r.flag = self.flags_base + k
@@ -324,7 +326,7 @@ class _Step:
                 if s.nbytes:
                     datatype = message_datatype(s.pieces)
                     datatypes.append(datatype)
-                    s.pack = _local_copy([MPI.buffer.fromaddress(address, s.nbytes), s.nbytes, MPI.PACKED],
+                    s.pack = _local_copy(comm, [MPI.buffer.fromaddress(address, s.nbytes), s.nbytes, MPI.PACKED],
                                          [MPI.BOTTOM, 1, datatype], tag)
                 s.segments = [(address, s.nbytes)] if s.nbytes else []
             if s.nbytes:
