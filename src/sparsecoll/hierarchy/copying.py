@@ -21,7 +21,13 @@ _UINT8 = numpy.uint8
 
 
 def is_contiguous(datatype: MPI.Datatype) -> bool:
-    """Whether ``count`` elements of ``datatype`` are ``count * size`` consecutive bytes at the address."""
+    """Whether ``count`` elements of ``datatype`` are ``count * size`` consecutive bytes at the
+    address, in that order: a predefined datatype whose extent is its size. A derived one is
+    never taken for that: its bounds can say so while its type map takes the bytes in another
+    order (a transpose: a column vector resized to one element, ``n`` of them, resized to the
+    whole matrix), and MPI moves elements in type-map order; ``Pack`` / ``Unpack`` copy those."""
+    if not datatype.is_predefined:
+        return False
     lb, extent = datatype.Get_extent()
     true_lb, true_extent = datatype.Get_true_extent()
     size = datatype.Get_size()
