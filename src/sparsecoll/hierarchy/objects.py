@@ -121,6 +121,9 @@ def _loads(received: numpy.ndarray, sizes: numpy.ndarray) -> list:
 
 
 def _sequence(obj, size: int, arg: str) -> list:
+    """``obj``'s ``size`` items; ``None`` is ``size`` Nones, as mpi4py takes it."""
+    if obj is None:
+        return [None] * size
     try:
         items = list(obj)
     except TypeError:
