@@ -10,9 +10,10 @@ import numpy
 import pytest
 from mpi4py import MPI
 
+from sparsecoll.checks import GUARANTEED_TAG_UB
 from sparsecoll.runtime.auto import quick_size_class, spec_block_bytes
 from sparsecoll.runtime.caches import ParseCache, call_signature
-from sparsecoll.runtime.channels import GUARANTEED_TAG_UB, NONBLOCKING_CHANNELS, Channels
+from sparsecoll.runtime.channels import NONBLOCKING_CHANNELS, Channels
 from sparsecoll.runtime.plan import make_plan
 from sparsecoll.runtime.progress import ScheduleRequest
 

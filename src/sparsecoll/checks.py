@@ -54,3 +54,13 @@ def reduction_op(op) -> None:
         raise TypeError(f"op: expected an MPI.Op, got {op!r}")
     if op == MPI.REPLACE or op == MPI.NO_OP:
         raise ValueError("op: MPI.REPLACE and MPI.NO_OP are for one-sided accumulates, not reductions")
+
+
+#: Tags MPI guarantees on every communicator.
+GUARANTEED_TAG_UB = 32767
+
+
+def tag_upper_bound(attribute) -> int:
+    """The largest tag, from a communicator's ``TAG_UB`` attribute (``Get_attr(MPI.TAG_UB)``): the
+    32767 MPI guarantees where the library gives none (Open MPI 5.0.11's Cartesian communicators)."""
+    return int(attribute) if attribute else GUARANTEED_TAG_UB

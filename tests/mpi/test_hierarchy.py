@@ -497,6 +497,35 @@ def test_user_ops_on_different_handles_of_one_signature(per_node, reduce_mode):
             mine.Free()
 
 
+def test_a_datatype_whose_type_map_reorders_its_bytes(comm):
+    """A transpose type: a column of a 3 x 3 matrix resized to one double, three of them, resized
+    to the matrix. Its bounds are those of 9 contiguous doubles, but MPI moves its elements in
+    type-map order (the transpose); they were copied as the raw bytes."""
+    column = MPI.DOUBLE.Create_vector(3, 1, 3).Create_resized(0, 8)
+    transpose = column.Create_contiguous(3).Create_resized(0, 72).Commit()
+    column.Free()
+    try:
+        def make(method):
+            def args():
+                mine = numpy.arange(9.0) + 100 * RANK
+                blocks = numpy.arange(9.0 * SIZE) + 100 * RANK
+                recv = numpy.full(9 * SIZE, -7.0)
+                if method == "Alltoall":
+                    return {"recv": recv, "args": ([blocks, 1, transpose], [recv, 9, MPI.DOUBLE])}
+                if method == "Allgather":
+                    return {"recv": recv, "args": ([mine, 9, MPI.DOUBLE], [recv, 1, transpose])}
+                if method == "Gather":
+                    return {"recv": recv, "args": ([mine, 1, transpose], [recv, 9, MPI.DOUBLE], SIZE - 1)}
+                if method == "Scatter":
+                    return {"recv": mine, "args": ([blocks, 9, MPI.DOUBLE], [mine, 1, transpose], 0)}
+                return {"recv": mine, "args": ([mine, 1, transpose], 0)}  # Bcast
+            return args
+        for method in ("Alltoall", "Allgather", "Gather", "Scatter", "Bcast"):
+            assert both(comm, method, make(method)) == 1, method
+    finally:
+        transpose.Free()
+
+
 def test_zero_counts_everywhere(comm):
     """Calls that move nothing at all still agree with the library and leave buffers alone."""
     for method, make in (
@@ -733,7 +762,9 @@ def test_lowercase_object_collectives(comm):
     assert comm.allgather(None) == WORLD.allgather(None)
     outgoing = [(RANK, k, "y" * ((RANK + k) % 4)) for k in range(SIZE)]
     assert comm.alltoall(outgoing) == WORLD.alltoall(outgoing)
+    assert comm.alltoall(None) == WORLD.alltoall(None) == [None] * SIZE  # mpi4py: None is SIZE Nones
     for root in ROOTS:
+        assert comm.scatter(None, root) is WORLD.scatter(None, root) is None  # (it hung: root raised alone)
         sent = {"root": root, "payload": numpy.arange(root + 2)} if RANK == root else None
         got, expected = comm.bcast(sent, root), WORLD.bcast(sent, root)
         assert got["root"] == expected["root"] and numpy.array_equal(got["payload"], expected["payload"])

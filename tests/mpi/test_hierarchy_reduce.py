@@ -356,3 +356,17 @@ def test_early_ranks_leave_without_waiting_for_the_root(reducer):
     if RANK != root and not led:
         assert inside < away / 2
     WORLD.Barrier()
+
+
+def test_dynamic_leaders_on_a_cartesian_communicator():
+    """Open MPI 5.0.11 gives a Cartesian communicator (and its duplicates) no ``TAG_UB``
+    attribute; the dynamic leaders' tag window took ``int(None)`` and every global collective
+    of such a wrapper raised TypeError. MPI guarantees 32767 tags."""
+    cart = WORLD.Create_cart([SIZE], periods=[True])
+    comm = sparsecoll.wrap(cart, "direct", global_collectives="hierarchical", ranks_per_node=2, reduce="dynamic")
+    try:
+        got = numpy.zeros(3)
+        comm.Allreduce(numpy.arange(3.0) + RANK, got, MPI.SUM)
+        assert got.tolist() == (numpy.arange(3.0) * SIZE + SIZE * (SIZE - 1) / 2).tolist()
+    finally:
+        comm.Free()

@@ -81,7 +81,7 @@ import numpy
 from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, reject_in_place, span
-from ..checks import is_integer, reduction_op
+from ..checks import is_integer, reduction_op, tag_upper_bound
 from .copying import is_contiguous, laid_out
 from .node import ALIGNMENT, NodeLayout, SharedWindow
 
@@ -166,8 +166,8 @@ class DynamicReduce:
         self.rank = comm.Get_rank()
         nodes = layout.nodes
         self.tag_stride = nodes + _TAGS_AFTER_NODES
-        tag_ub = self.wire.Get_attr(MPI.TAG_UB)
-        self.tag_window = (int(tag_ub) + 1) // self.tag_stride
+        tag_ub = tag_upper_bound(self.wire.Get_attr(MPI.TAG_UB))
+        self.tag_window = (tag_ub + 1) // self.tag_stride
         if self.tag_window < 2:
             raise ValueError(f"layout: {nodes} nodes need tags above this MPI's TAG_UB {tag_ub}")
         self.seq = 0  # dynamic calls so far on this communicator (same on every rank)

@@ -35,19 +35,18 @@ from __future__ import annotations
 
 import weakref
 
+from ..checks import tag_upper_bound
 from .progress import wait_for_messages
 
 #: Channels cycled by nonblocking calls.
 NONBLOCKING_CHANNELS = 64
-#: Tags MPI guarantees on every communicator.
-GUARANTEED_TAG_UB = 32767
 
 
 class Channels:
     """The tag channels of one private communicator."""
 
     def __init__(self, tag_ub):
-        self.tag_ub = int(tag_ub) if tag_ub else GUARANTEED_TAG_UB
+        self.tag_ub = tag_upper_bound(tag_ub)
         self.first_persistent = 1 + NONBLOCKING_CHANNELS
         self.persistent_channels = self.tag_ub + 1 - self.first_persistent
         self._nonblocking_calls = 0
