@@ -28,6 +28,13 @@ def test_a_profile_file_round_trips(tmp_path):
     loaded = Profile.load(path)
     assert loaded == original
     assert loaded.path == str(path)
+    replaced = Profile(BUILTIN.loads, "MPICH 5.0", "host-a", "second calibration")
+    replaced.save(path)  # written whole beside the file, then renamed over it: nothing else left
+    assert Profile.load(path) == replaced and sorted(p.name for p in path.parent.iterdir()) == ["p.json"]
+
+
+def test_builtin_names_the_built_in_profile_as_the_environment_variable_does():
+    assert resolve("builtin") is BUILTIN
 
 
 def test_profiles_written_before_the_rendezvous_costs_read_them_as_0(tmp_path):

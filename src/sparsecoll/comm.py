@@ -33,6 +33,7 @@ from .hierarchy import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name, ob
 from .hierarchy.handles import hierarchy_of, options_key
 from .hierarchy.offsets import exclusive_sum
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
+from .model.profile import BUILTIN, ProfileError
 from .pattern import family_of
 from .runtime import CommRuntime, PendingPrivate, Plan, auto, existing_runtime, make_plan, runtime_of
 from .runtime import persistence as levels
@@ -913,8 +914,14 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     if global_collectives not in GLOBAL_COLLECTIVE_CHOICES:
         raise ValueError(f"global_collectives: expected one of {GLOBAL_COLLECTIVE_CHOICES}, got {global_collectives!r}")
     persistence = levels.level(info, comm)
-    plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice, persistence,
-                     executor_options)
+    try:
+        plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice, persistence,
+                         executor_options)
+        unusable_profile = None
+    except ProfileError as error:  # this rank's file: every rank stops at the agreement below
+        plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, BUILTIN, verify_choice, persistence,
+                         executor_options)
+        unusable_profile = error
     if isinstance(comm, NeighborhoodMixin):
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
     runtime = existing_runtime(comm)
@@ -922,7 +929,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
         runtime = runtime_of(comm, topology if topology is not None else getattr(comm, "_sc_topology", None),
                              getattr(comm, "__dict__", {}).pop("_sc_pending", None))
     plan = runtime.agree_on_level(plan, options, grid_option is not None,  # collective, on every wrap
-                                  (global_collectives, options_key(hierarchy_options)))
+                                  (global_collectives, options_key(hierarchy_options)), unusable_profile)
     if grid_option is not None and runtime.topology.offsets is None:
         runtime.set_topology(cartesian_topology.detect(runtime.private, runtime.topology, grid_option))
     runtime.check_supported(plan)

@@ -531,3 +531,39 @@ def test_verify_choice_must_be_the_same_on_every_rank():
         comm = sparsecoll.wrap(raw, verify_choice=RANK == 0)
         with pytest.raises(ValueError, match="verify_choice"):
             persistent_alltoall(comm, raw, 64, spec=False)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_a_profile_one_rank_cannot_use_stops_every_rank_at_wrap(how, monkeypatch):
+    """Profiles are files of each host: rank 0's is cut short (as a calibrate writing it would
+    have left it before profiles were written whole and renamed). Rank 0 raised ProfileError
+    alone and the other ranks waited in wrap's agreement; now every rank raises, rank 0 naming
+    the file, the others saying another rank could not use its profile."""
+    import os
+    import tempfile
+
+    from sparsecoll.model.profile import ProfileError
+    cart = WORLD.Create_cart(MPI.Compute_dims(SIZE, 2), periods=[True, True])
+    directory = tempfile.mkdtemp() if RANK == 0 else None
+    try:
+        kwargs = {}
+        if RANK == 0:
+            path = os.path.join(directory, "cut.json")
+            with open(path, "w") as f:
+                f.write('{"format": 1, "mpi_library": ')
+            if how == "argument":
+                kwargs["profile"] = path
+            else:
+                monkeypatch.setenv("SPARSECOLL_PROFILE", path)
+        with pytest.raises(ProfileError) as raised:
+            sparsecoll.wrap(cart, **kwargs)
+        assert ("cut.json" if RANK == 0 else "another rank could not use its profile") in str(raised.value)
+        wrapped = sparsecoll.wrap(cart, profile="builtin")  # the communicator is still usable
+        send, recv = numpy.arange(4, dtype="i4") + 10 * RANK, numpy.empty(4, dtype="i4")
+        wrapped.Neighbor_alltoall(send, recv)
+        expected = numpy.empty(4, dtype="i4")
+        cart.Neighbor_alltoall(send, expected)
+        assert recv.tolist() == expected.tolist()
+    finally:
+        cart.Free()

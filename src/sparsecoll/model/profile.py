@@ -49,6 +49,7 @@ import json
 import math
 import os
 import platform
+import tempfile
 import zlib
 from dataclasses import dataclass, field
 
@@ -161,10 +162,20 @@ class Profile:
     def save(self, path) -> None:
         """Write the profile file (directories created as needed)."""
         path = os.fspath(path)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(self.to_json(), f, indent=2)
-            f.write("\n")
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        # a whole new file, then one rename: a rank reading the profile while calibrate writes it
+        # sees the old file or the new one, never half of one
+        handle, written = tempfile.mkstemp(dir=directory, prefix=".profile-", suffix=".json")
+        try:
+            with os.fdopen(handle, "w") as f:
+                json.dump(self.to_json(), f, indent=2)
+                f.write("\n")
+            os.replace(written, path)
+        except BaseException:
+            if os.path.exists(written):
+                os.unlink(written)
+            raise
 
     @classmethod
     def from_json(cls, data, path: str = "<profile>") -> Profile:
@@ -363,10 +374,12 @@ def check_library(profile: Profile, library: str | None = None) -> Profile:
 
 
 def resolve(profile=None) -> Profile:
-    """The profile in force: ``profile`` (a :class:`Profile` or a path), else ``$SPARSECOLL_PROFILE``
+    """The profile in force: ``profile`` (a :class:`Profile`, a path or ``"builtin"``), else ``$SPARSECOLL_PROFILE``
     (a path or ``builtin``), else this host's calibrated file, else :data:`BUILTIN`."""
     if isinstance(profile, Profile):
         return check_library(profile)
+    if profile == "builtin":
+        return BUILTIN
     if profile is not None:
         if not isinstance(profile, (str, os.PathLike)):
             raise TypeError(f"profile: expected a path or a Profile, got {type(profile).__name__}")

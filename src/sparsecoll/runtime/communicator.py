@@ -24,7 +24,7 @@ from ..checks import nonnegative_integer
 from ..execute import StepExecutor  # the size pass and request counts use the default
 from ..execute.p2p import pattern_wire_sends
 from ..model.choice import library_fault, local_nonblocking_library_fault, size_class
-from ..model.profile import FORMS, library_name
+from ..model.profile import FORMS, ProfileError, library_name
 from ..pattern import FAMILIES, REGULAR, family_of, stats
 from ..topology import Topology, from_comm
 from . import persistence as levels
@@ -193,17 +193,28 @@ class CommRuntime:
 
     # -- persistence levels (:mod:`.persistence`) --------------------------------------------------
     def agree_on_level(self, plan: Plan, given_options: dict, detects_grid: bool = False,
-                       wrapper_key: tuple = ()) -> Plan:
+                       wrapper_key: tuple = (), unusable_profile: ProfileError | None = None) -> Plan:
         """Check that every rank gave ``plan`` the same info keys, algorithm, options and executor,
         asked alike whether to detect a grid (``detects_grid``: wrap's ``grid=``, whose detection
         is collective) and gave the same ``wrapper_key`` (what else of wrap's arguments decides
         messages: the global collectives and their node structure's options) (collective: one
         allreduce) and return the plan to run (under exact bytes,
         sized by the weights: :meth:`.Plan.sized`; for ``auto``, keyed by what the ranks' profiles
-        and ``verify_choice`` were: :meth:`.Plan.with_agreed_inputs`)."""
+        and ``verify_choice`` were: :meth:`.Plan.with_agreed_inputs`).
+
+        ``unusable_profile``: the error of a profile file this rank could not use (profiles are
+        files of each host); it raises here on this rank, and a ProfileError saying so on every
+        other, instead of on this rank alone before the others wait in the allreduce."""
         key = (plan.key, detects_grid, wrapper_key)
-        largest, inputs = levels.agree(self.private, plan.persistence, self.topology, key, plan.decision_inputs())
-        return plan.with_agreed_inputs(inputs).sized(largest, given_options)
+        failed = int(unusable_profile is not None)
+        largest, inputs = levels.agree(self.private, plan.persistence, self.topology, key,
+                                       (*plan.decision_inputs(), failed))
+        if unusable_profile is not None:
+            raise unusable_profile
+        if inputs[-1][1]:
+            raise ProfileError("profile: another rank could not use its profile (its error names the file and "
+                               "the key); the choice of algorithm is collective, so no rank runs")
+        return plan.with_agreed_inputs(inputs[:-1]).sized(largest, given_options)
 
     def prepare_strict(self, plan: Plan) -> None:
         """``cdag_strict_communication`` at wrap (collective): build what the first calls would.
