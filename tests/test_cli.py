@@ -92,6 +92,7 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["simulate", "--sizes=-4"], "--sizes"), (["simulate", "--placement", "abc"], "placement"),
     (["simulate", "--algorithms", "auto"], "--algorithms"), (["calibrate", "--sizes", "abc"], "--sizes"),
     (["calibrate", "--bursts", "0"], "--bursts"), (["calibrate", "--model", "hockney", "--sizes", "8"], "--sizes"),
+    (["calibrate", "--model", "loggp", "--sizes", "8,08"], "--sizes"),
     (["calibrate", "--out", "/"], "--out"), (["calibrate", "--out", "README.md/profile.json"], "--out"),
     (["calibrate", "--model", "loggp", "--out", "README.md/p.json"], "--out"),
     (["bench", "--out", "README.md"], "--out"),

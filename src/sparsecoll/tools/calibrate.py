@@ -16,6 +16,7 @@ Run it once at a rank per core (``--np 2`` here) and once at the load you will r
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import math
 import os
 import platform
@@ -166,17 +167,20 @@ def _main_profile(comm, args, cores: int) -> int:
     if rank == 0:
         path = args.out or default_path()
         library = library_name()
-        try:
-            profile = Profile.load(path) if os.path.exists(path) else None
-        except ProfileError as error:
-            say(f"calibrate: starting a new profile ({error})")
-            profile = None
-        if profile is None or profile.mpi_library != library:
-            profile = Profile((), library, platform.node())
-        source = (f"sparsecoll calibrate on {platform.node()}, {library_version()}, "
-                  f"{time.strftime('%Y-%m-%d')}")
-        profile = Profile(profile.with_load(load).loads, library, platform.node(), source)
-        profile.save(path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path + ".lock", "a") as lock:  # two calibrates at once: each adds its load to the other's
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                profile = Profile.load(path) if os.path.exists(path) else None
+            except ProfileError as error:
+                say(f"calibrate: starting a new profile ({error})")
+                profile = None
+            if profile is None or profile.mpi_library != library:
+                profile = Profile((), library, platform.node())
+            source = (f"sparsecoll calibrate on {platform.node()}, {library_version()}, "
+                      f"{time.strftime('%Y-%m-%d')}")
+            profile = Profile(profile.with_load(load).loads, library, platform.node(), source)
+            profile.save(path)
         say(f"calibrate: {comm.Get_size()} ranks on {cores} cores (load {ranks:g} ranks per core), "
             f"ring neighbors at level {pair_level}, {time.perf_counter() - start:.1f} s")
         say(f"{'variant':>9} {'form':>12} {'edges':>5} {'bytes':>6} {'median us':>10}")
@@ -219,8 +223,8 @@ def run(args) -> int:
         least = 0 if option == "--sizes" else 1
         if min(values) < least:
             raise SystemExit(f"calibrate: {option} expects values of at least {least}, got {text!r}")
-    if args.model == "hockney" and len(set(args.sizes.split(","))) < 2:
-        raise SystemExit(f"calibrate: --sizes: the hockney fit needs two different sizes, got {args.sizes!r}")
+    if args.model in ("hockney", "loggp") and len({int(size) for size in args.sizes.split(",")}) < 2:
+        raise SystemExit(f"calibrate: --sizes: the {args.model} fit needs two different sizes, got {args.sizes!r}")
     if args.out is not None:
         try:
             check_output_path(args.out, "--out", directory=False)
