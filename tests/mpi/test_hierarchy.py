@@ -526,6 +526,29 @@ def test_a_datatype_whose_type_map_reorders_its_bytes(comm):
         transpose.Free()
 
 
+@pytest.mark.parametrize("reduce_mode", ("fixed", "dynamic"))
+def test_reductions_refuse_two_datatypes_as_mpi4py_does(reduce_mode):
+    """float32 data into an int32 receive buffer: mpi4py raises ValueError (one datatype per
+    reduction), on every rank here since every rank passes them; Reduce_scatter(_block) compared
+    only the element sizes and the dynamic leaders only the counts, and reinterpreted the float
+    bits as integers. (Reduce checks at its root only, so at one rank alone here.)"""
+    comm = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2, reduce=reduce_mode)
+    floats = numpy.arange(SIZE, dtype=numpy.float32) + 1
+    calls = [lambda c: c.Allreduce(floats, numpy.zeros(SIZE, dtype=numpy.int32), MPI.SUM),
+             lambda c: c.Reduce_scatter_block(floats, numpy.zeros(1, dtype=numpy.int32), MPI.SUM),
+             lambda c: c.Reduce_scatter(floats, numpy.zeros(1, dtype=numpy.int32), [1] * SIZE, MPI.SUM)]
+    if SIZE == 1:
+        calls.append(lambda c: c.Reduce(floats, numpy.zeros(1, dtype=numpy.int32), MPI.SUM, root=0))
+    try:
+        for call in calls:
+            with pytest.raises(ValueError):
+                call(WORLD)  # mpi4py's own check
+            with pytest.raises(ValueError, match="datatype"):
+                call(comm)
+    finally:
+        comm.Free()
+
+
 def test_zero_counts_everywhere(comm):
     """Calls that move nothing at all still agree with the library and leave buffers alone."""
     for method, make in (

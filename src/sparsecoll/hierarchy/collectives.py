@@ -60,6 +60,7 @@ from mpi4py import MPI
 from ..buffers import is_in_place, parse_simple, parse_vector, reject_in_place
 from ..checks import is_integer, reduction_op
 from .copying import (
+    check_one_datatype,
     laid_out,
     pack,
     pack_block,
@@ -619,8 +620,9 @@ class Hierarchy:
             else:
                 source = parse_simple(sendbuf, self.size if block else 1, readonly=True, arg="sendbuf")
                 base, source_type = source.address + source.displs[0], source.types[0]
+                check_one_datatype(source_type, datatype)
                 sent = source.counts[0] * (self.size if block else 1)
-                if source_type.Get_size() != datatype.Get_size() or sent != sum(counts):
+                if sent != sum(counts):
                     raise ValueError(f"sendbuf: {sent} elements of {source_type.Get_size()} bytes, but the receive "
                                      f"counts add up to {sum(counts)} elements of {datatype.Get_size()} bytes")
         block_bytes = numpy.fromiter((packed_size(c, datatype) for c in counts), dtype=numpy.int64, count=len(counts))
@@ -782,8 +784,6 @@ def _check_reduction_pair(source, target) -> None:
     int32 array reduced into a float32 one is a ValueError there, not a reinterpretation)."""
     if source is target:
         return
-    if source.types[0] != target.types[0]:
-        raise ValueError(f"sendbuf: datatype {source.types[0].Get_name() or 'derived'} differs from recvbuf's "
-                         f"({target.types[0].Get_name() or 'derived'}); a reduction takes one datatype")
+    check_one_datatype(source.types[0], target.types[0])
     if source.counts[0] != target.counts[0]:
         raise ValueError(f"sendbuf: {source.counts[0]} elements, but recvbuf holds {target.counts[0]}")

@@ -34,6 +34,14 @@ def is_contiguous(datatype: MPI.Datatype) -> bool:
     return lb == 0 and true_lb == 0 and extent == size and true_extent == size
 
 
+def check_one_datatype(sent: MPI.Datatype, received: MPI.Datatype) -> None:
+    """mpi4py's rule for reductions: the send and receive buffers' datatype is one handle (an
+    int32 array reduced into a float32 one is a ValueError there, not a reinterpretation)."""
+    if sent != received:
+        raise ValueError(f"sendbuf: datatype {sent.Get_name() or 'derived'} differs from recvbuf's "
+                         f"({received.Get_name() or 'derived'}); a reduction takes one datatype")
+
+
 def packed_size(count: int, datatype: MPI.Datatype) -> int:
     """Bytes ``count`` elements of ``datatype`` take packed."""
     return int(count) * datatype.Get_size()

@@ -82,7 +82,7 @@ from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, reject_in_place, span
 from ..checks import is_integer, reduction_op, tag_upper_bound
-from .copying import is_contiguous, laid_out
+from .copying import check_one_datatype, is_contiguous, laid_out
 from .node import ALIGNMENT, NodeLayout, SharedWindow
 
 #: Slots in each node's ring: a rank may run this many calls ahead of its node's last arriver
@@ -199,7 +199,7 @@ class DynamicReduce:
                            readonly=not in_place)
         result = self._parse(recvbuf, "recvbuf", readonly=False) if is_root else None
         if result is not None:
-            _check_same_count(mine, result)
+            _check_reduction_pair(mine, result)
         self._dynamic(mine, result, op, root, broadcast=False)
         return True
 
@@ -213,7 +213,7 @@ class DynamicReduce:
             return self.fixed_allreduce(sendbuf, recvbuf, op)
         result = self._parse(recvbuf, "recvbuf", readonly=False)
         mine = result if is_in_place(sendbuf) else self._parse(sendbuf, "sendbuf", readonly=True)
-        _check_same_count(mine, result)
+        _check_reduction_pair(mine, result)
         self._dynamic(mine, result, op, 0, broadcast=True)
         return True
 
@@ -527,6 +527,8 @@ def _element_type(datatype: MPI.Datatype):
 
 
 
-def _check_same_count(mine: tuple, result: tuple) -> None:
+def _check_reduction_pair(mine: tuple, result: tuple) -> None:
+    if mine is not result:
+        check_one_datatype(mine[1].datatype, result[1].datatype)
     if mine[1].count != result[1].count:
         raise ValueError(f"recvbuf: holds {result[1].count} elements but the data has {mine[1].count}")
