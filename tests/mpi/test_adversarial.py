@@ -65,6 +65,7 @@ from mpi4py import MPI
 
 import sparsecoll
 from sparsecoll.model.profile import BUILTIN
+from sparsecoll.runtime import progress
 
 from . import cases
 
@@ -564,10 +565,14 @@ def test_thousands_of_persistent_requests_in_a_row():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("waits", ["blocking in MPI", "testing"])
 @pytest.mark.parametrize("algorithm", sorted(MULTI_STEP))
-def test_two_outstanding_calls_waited_in_opposite_orders(algorithm):
+def test_two_outstanding_calls_waited_in_opposite_orders(algorithm, waits, monkeypatch):
     """Case 4a: two outstanding multi-step Ineighbor_allgather calls; even ranks wait the
-    first then the second, odd ranks the second then the first (MPI must complete both)."""
+    first then the second, odd ranks the second then the first (MPI must complete both).
+    A wait blocks in MPI through the engine where the program has no other thread, and tests
+    and yields where it has (this test's timeout is a thread: both ways are forced here)."""
+    monkeypatch.setattr(progress, "other_threads_may_call_in", lambda: waits == "testing")
     comm = MULTI_STEP[algorithm]()
     try:
         with agreed_failures() as failures:
@@ -580,6 +585,60 @@ def test_two_outstanding_calls_waited_in_opposite_orders(algorithm):
                 call.check(failures)
     finally:
         comm.Free()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how", ["nonblocking", "persistent", "blocking"])
+@pytest.mark.parametrize("algorithm", ["cartesian", "cartesian[rma]", "common_neighbor"])
+def test_two_threads_per_rank_on_two_communicators(algorithm, how):
+    """Case 4c (MPI_THREAD_MULTIPLE): two threads per rank, each running multi-step collectives on
+    a communicator of its own; on even ranks thread 0 starts first, on odd ranks thread 1. A wait
+    held sparsecoll's process-wide lock while it blocked in MPI, so a rank's other thread could
+    not start the collective its peer's waiting thread needed: every rank hung."""
+    if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+        pytest.skip("needs MPI_THREAD_MULTIPLE")
+    if OPEN_MPI and "rma" in algorithm and how == "persistent":
+        pytest.skip("Open MPI 5.0.11 aborts creating windows from two threads at once (raw mpi4py too; README)")
+    comms = [MULTI_STEP[algorithm]() for _ in range(2)]
+    errors = []
+    try:
+        with agreed_failures() as failures:
+            for comm in comms:
+                comm.Neighbor_allgather(numpy.zeros(1), numpy.zeros(len(neighborhood(comm).sources)))  # the patterns
+
+            def worker(index):
+                comm = comms[index]
+                try:
+                    if (RANK % 2 == 0) != (index == 0):
+                        time.sleep(0.2)
+                    for repetition in range(5):
+                        send = numpy.array([RANK * 100 + index * 10 + repetition], dtype="i8")
+                        recv = numpy.full(len(neighborhood(comm).sources), -1, dtype="i8")
+                        if how == "nonblocking":
+                            comm.Ineighbor_allgather(send, recv).Wait()
+                        elif how == "persistent":
+                            request = comm.Neighbor_allgather_init(send, recv)
+                            request.Start()
+                            request.Wait()
+                            request.Free()
+                        else:
+                            comm.Neighbor_allgather(send, recv)
+                        expected = numpy.full(len(neighborhood(comm).sources), -1, dtype="i8")
+                        plain(comm).Neighbor_allgather(send, expected)
+                        if recv.tobytes() != expected.tobytes():
+                            errors.append(f"thread {index}: got {recv.tolist()} expected {expected.tolist()}")
+                except Exception as exc:  # noqa: BLE001
+                    errors.append(f"thread {index}: {describe(exc)}")
+
+            threads = [threading.Thread(target=worker, args=(index,)) for index in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            failures.extend(errors)
+    finally:
+        for comm in comms:
+            comm.Free()
 
 
 @pytest.mark.timeout(60)

@@ -42,7 +42,9 @@ dynamic stage always goes through the engine: only sparsecoll can start its next
 
 State shared with the thread is guarded by :data:`ENGINE`'s lock. While a thread waits
 through the engine it holds the lock (it waits on every request in flight at once), so
-sparsecoll serialises progress across the threads of one process.
+sparsecoll serialises progress across the threads of one process; where the program has other
+threads, which may call into sparsecoll meanwhile, a wait instead tests every request in flight
+under the lock and yields without it (:func:`other_threads_may_call_in`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from mpi4py import MPI
 
 from ..execute.waiting import waitany, yield_when_idle
 
+_yield = os.sched_yield
 _Startall = MPI.Prequest.Startall
 _Testall = MPI.Request.Testall
 _Waitall = MPI.Request.Waitall
@@ -223,6 +226,20 @@ class ProgressEngine:
         self._thread = None
 
 
+def other_threads_may_call_in() -> bool:
+    """Whether a thread of the program besides this one (and the progress thread) is alive, which
+    could call into sparsecoll while this one waits. A wait that blocked in MPI holding the
+    engine's lock would keep that thread from starting or advancing its own collective, which a
+    peer's thread may be waiting for while the peer's other thread waits for this one: two
+    threads per rank on two communicators hung so. Such a wait tests and yields instead. With no
+    other thread none can appear while this one blocks (only it could start one)."""
+    others = threading.active_count() - 1
+    thread = ENGINE._thread
+    if thread is not None and thread.is_alive():
+        others -= 1
+    return others > 0
+
+
 #: The process's engine.
 ENGINE = ProgressEngine()
 atexit.register(ENGINE.stop)  # registered after mpi4py's own finalizer, so it runs first
@@ -355,6 +372,9 @@ class ScheduleRequest:
             if self._single is not None and not ENGINE.pending:
                 wait_stage(self._current)
                 self._current = None
+            elif other_threads_may_call_in():
+                while not self._messages_done():  # never blocks in MPI holding the engine's lock
+                    _yield()  # (releases the GIL too)
             else:
                 with ENGINE.lock:
                     ENGINE.wait(self)
