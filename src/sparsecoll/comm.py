@@ -319,6 +319,8 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         family_of(collective)
         runtime = self._sc_runtime
         if runtime is None:
+            if self == MPI.COMM_NULL:
+                raise RuntimeError(f"plan_stats({collective!r}): the communicator was freed")
             raise RuntimeError(f"plan_stats({collective!r}): nothing was built on this communicator yet; "
                                f"call Neighbor_{collective} on every rank first")
         return runtime.plan_stats(self._sc_plan, collective, form, block_bytes)

@@ -816,6 +816,17 @@ def test_a_forwarder_without_receives_whose_send_datatype_reads_an_element_twice
 
 
 @pytest.mark.timeout(60)
+def test_plan_stats_after_free_says_the_communicator_was_freed():
+    """It said nothing was built yet and to call Neighbor_alltoall, which a freed communicator cannot."""
+    comm = moore_neighborhood(algorithm="direct")
+    comm.Neighbor_alltoall(numpy.zeros(8), numpy.zeros(8))
+    assert comm.plan_stats("alltoall")["steps"] == 1
+    comm.Free()
+    with pytest.raises(RuntimeError, match="was freed"):
+        comm.plan_stats("alltoall")
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("algorithm", ["distance_halving", "common_neighbor"])
 def test_plan_stats_is_local(algorithm):
     """Case 6: before any collective call, ``plan_stats`` on rank 0 alone raises RuntimeError
