@@ -14,9 +14,9 @@ try:
 except PackageNotFoundError:  # pragma: no cover - run from a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["wrap", "cart_neighborhood_create", "CartNeighborhoodComm", "algorithms", "executors", "is_wrapped",
-           "verify", "VerificationError", "Pattern", "ScheduleRequest", "waitall", "Cartcomm", "Graphcomm",
-           "Distgraphcomm", "Intracomm", "__version__"]
+__all__ = ["wrap", "cart_neighborhood_create", "CartNeighborhoodComm", "algorithms", "executors", "check_executor",
+           "is_wrapped", "verify", "VerificationError", "Pattern", "ScheduleRequest", "waitall", "Cartcomm",
+           "Graphcomm", "Distgraphcomm", "Intracomm", "__version__"]
 
 try:
     from mpi4py import MPI as _MPI  # noqa: F401  (mpi4py loads the MPI library here)
@@ -47,6 +47,11 @@ if _MPI_ERROR is None:
         names = [_execute.DEFAULT_EXECUTOR] + [n for n in _execute.EXECUTORS if n != _execute.DEFAULT_EXECUTOR]
         return {name: sys.modules[_execute.EXECUTORS[name].__module__].__doc__.strip().splitlines()[0]
                 for name in names}
+
+    def check_executor(name: str, options: dict | None = None) -> dict:
+        """``options`` of the executor ``name`` checked as ``wrap(comm, executor=name,
+        executor_options=options)`` checks them (ValueError or TypeError naming the argument)."""
+        return _execute.check_options(name, options)
 
     def is_wrapped(comm) -> bool:
         """Whether ``comm`` is a sparsecoll-wrapped communicator."""

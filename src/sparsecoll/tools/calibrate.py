@@ -33,7 +33,7 @@ from sparsecoll.model.calibrate import (
     ping_pong,
     round_trip_chain,
 )
-from sparsecoll.model.profile import LEVELS, library_version
+from sparsecoll.model.profile import LEVELS, default_path, library_version
 
 #: Default repetitions of ``--model profile`` (per variant) and of ``hockney`` / ``loggp`` (per size).
 PROFILE_REPS, PARAMETER_REPS = 2000, 200
@@ -146,7 +146,6 @@ def _main_profile(comm, args, cores: int) -> int:
         BUILTIN,
         Profile,
         ProfileError,
-        default_path,
         library_name,
         ranks_per_core,
         ranks_per_node,
@@ -225,11 +224,13 @@ def run(args) -> int:
             raise SystemExit(f"calibrate: {option} expects values of at least {least}, got {text!r}")
     if args.model in ("hockney", "loggp") and len({int(size) for size in args.sizes.split(",")}) < 2:
         raise SystemExit(f"calibrate: --sizes: the {args.model} fit needs two different sizes, got {args.sizes!r}")
-    if args.out is not None:
-        try:
+    try:
+        if args.out is not None:
             check_output_path(args.out, "--out", directory=False)
-        except ValueError as exc:
-            raise SystemExit(f"calibrate: {exc}") from None
+        elif args.model == "profile":
+            check_output_path(default_path(), f"the profile cache ({default_path()}; or give --out)", directory=False)
+    except ValueError as exc:
+        raise SystemExit(f"calibrate: {exc}") from None
     if not inside_mpi_launch():
         out = ["--out", args.out] if args.out else []
         return relaunch(args.np, ["calibrate", *out, "--sizes", args.sizes, "--reps", str(args.reps),

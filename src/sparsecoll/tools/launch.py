@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from ..topology.placement import usable_cores
@@ -97,6 +98,10 @@ def check_output_path(path, option: str, directory: bool) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise ValueError(f"{option}: {path} lies under {existing}, which is a file")
-    for place in (existing, target) if target.is_file() else (existing,):
-        if not os.access(place, os.W_OK):
-            raise ValueError(f"{option}: {place} is not writable")
+    try:  # a file made and removed there: os.access says yes to root everywhere, /proc included
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{option}: cannot write in {existing} ({exc.strerror or exc})") from None
+    if target.is_file() and not os.access(target, os.W_OK):
+        raise ValueError(f"{option}: {target} is not writable")

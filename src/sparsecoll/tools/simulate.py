@@ -135,7 +135,8 @@ def run(args) -> int:
     try:
         if args.ranks < 1:
             raise ValueError(f"--ranks: expected at least 1, got {args.ranks}")
-        specs.parse(args.topology, graph=True)
+        if specs.parse(args.topology, graph=True).kind == "matrix":
+            specs.generate(args.topology, args.ranks)  # reads the file: a bad one is the user's error
         try:
             sizes = [int(s) for s in args.sizes.split(",")]
         except ValueError:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy
 from mpi4py import MPI
 
+from sparsecoll import check_executor as check_executor_options
 from sparsecoll import executors as executor_names
 from sparsecoll import wrap
 from sparsecoll.algorithms import AUTO, REGISTRY, parse_variant
@@ -82,7 +83,7 @@ def check_executor(name: str) -> str:
 
 def parse_executor(text: str) -> tuple:
     """``NAME[+OPTION=VALUE]...`` (e.g. ``rma+rtr_tree=4``) -> ``(name, options)`` with integer
-    values (ValueError naming ``executor`` otherwise); the options are checked by ``wrap``."""
+    values, checked as ``wrap`` checks them (ValueError naming ``executor`` otherwise)."""
     name, *parts = [part.strip() for part in str(text).strip().split("+")]
     check_executor(name)
     options = {}
@@ -92,6 +93,10 @@ def parse_executor(text: str) -> tuple:
             options[key] = int(value)
         except ValueError:
             raise ValueError(f"executor: bad option {part!r} in {text!r}; expected OPTION=INTEGER") from None
+    try:
+        check_executor_options(name, options)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"executor: {text!r}: {exc}") from None
     return name, options
 
 
