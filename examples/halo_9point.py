@@ -76,7 +76,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=6, help="local block size (n x n per rank)")
     parser.add_argument("--iterations", type=int, default=5)
-    parser.add_argument("--algorithm", default="cartesian", help="sparsecoll algorithm (or native)")
+    parser.add_argument("--algorithm", default="cartesian", choices=sorted(sparsecoll.algorithms()),
+                        help="sparsecoll algorithm (or native)")
     parser.add_argument("--open", action="store_true", help="non-periodic grid (zero boundary)")
     args = parser.parse_args(argv)
     if args.n < 1 or args.iterations < 0:

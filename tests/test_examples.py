@@ -37,3 +37,37 @@ def test_example_runs_at_4_ranks(example):
 def test_the_readme_shows_the_quickstart_verbatim():
     quickstart = (ROOT / "examples" / "quickstart.py").read_text()
     assert f"```python\n{quickstart}```" in (ROOT / "README.md").read_text()
+
+
+def _cg(nprocs: int, *args: str) -> subprocess.CompletedProcess:
+    argv, env, _ = mpiexec_command(nprocs, [sys.executable, str(ROOT / "examples" / "cg.py"), *args])
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150, cwd=ROOT)
+
+
+@pytest.mark.timeout(200)
+def test_cg_says_in_one_line_what_it_cannot_run(tmp_path):
+    """An algorithm that cannot run alltoallv on the matrix's graph, and a file that is not Matrix
+    Market: one line on every rank and a failing exit, not a traceback."""
+    for args, said in ((["--algorithm", "distance_halving"], "does not implement the alltoall family"),
+                       (["--matrix", str(ROOT / "README.md")], "Not a Matrix Market file")):
+        run = _cg(2, "--repeat", "1", *args)
+        assert run.returncode != 0 and "Traceback" not in run.stdout + run.stderr, run.stdout + run.stderr
+        assert said in run.stdout + run.stderr
+
+
+@pytest.mark.timeout(200)
+def test_cg_checks_a_singular_matrix_by_its_residual(tmp_path):
+    """The Laplacian of a path graph beside an identity is singular (positive semi-definite):
+    spsolve finds no solution to compare with (it said 'error nan, limit nan'); CG's is checked
+    by its residual."""
+    import numpy
+    import scipy.io
+    import scipy.sparse
+    n = 40
+    laplacian = scipy.sparse.diags([-numpy.ones(n - 1), numpy.r_[1.0, 2 * numpy.ones(n - 2), 1.0],
+                                    -numpy.ones(n - 1)], [-1, 0, 1])
+    path = scipy.sparse.block_diag([laplacian, scipy.sparse.identity(n)])  # A @ ones is not zero
+    scipy.io.mmwrite(str(tmp_path / "path.mtx"), path.tocoo())
+    run = _cg(2, "--matrix", str(tmp_path / "path.mtx"), "--partition", "block", "--repeat", "1")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "the matrix is singular" in run.stdout and "nan" not in run.stdout
