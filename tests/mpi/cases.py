@@ -195,3 +195,17 @@ def reference_exchange(comm, family: str, send: Layout, recv: Layout) -> None:
         requests.append(dup.Isend([send_bytes[offset:], count, datatype], d, tag))
     MPI.Request.Waitall(requests)
     dup.Free()
+
+
+def run_call(comm, collective: str, how: str, send, recv) -> None:
+    """One ``Neighbor_<collective>`` call in form ``how``: ``blocking``, ``nonblocking``
+    (``Ineighbor_*`` then ``Wait``) or ``persistent`` (``*_init``, ``Start``, ``Wait``, ``Free``)."""
+    if how == "blocking":
+        getattr(comm, f"Neighbor_{collective}")(send, recv)
+    elif how == "nonblocking":
+        getattr(comm, f"Ineighbor_{collective}")(send, recv).Wait()
+    else:
+        request = getattr(comm, f"Neighbor_{collective}_init")(send, recv)
+        request.Start()
+        request.Wait()
+        request.Free()

@@ -614,15 +614,7 @@ def test_two_threads_per_rank_on_two_communicators(algorithm, how):
                     for repetition in range(5):
                         send = numpy.array([RANK * 100 + index * 10 + repetition], dtype="i8")
                         recv = numpy.full(len(neighborhood(comm).sources), -1, dtype="i8")
-                        if how == "nonblocking":
-                            comm.Ineighbor_allgather(send, recv).Wait()
-                        elif how == "persistent":
-                            request = comm.Neighbor_allgather_init(send, recv)
-                            request.Start()
-                            request.Wait()
-                            request.Free()
-                        else:
-                            comm.Neighbor_allgather(send, recv)
+                        cases.run_call(comm, "allgather", how, send, recv)
                         expected = numpy.full(len(neighborhood(comm).sources), -1, dtype="i8")
                         plain(comm).Neighbor_allgather(send, expected)
                         if recv.tobytes() != expected.tobytes():
@@ -794,16 +786,7 @@ def test_a_forwarder_without_receives_whose_send_datatype_reads_an_element_twice
             results = []
             for run in (comm, graph):
                 recv = numpy.full(max(4 * len(sources), 1), -7, dtype="i")
-                spec = [send, 1, overlapping], [recv, 4, MPI.INT]
-                if how == "blocking":
-                    getattr(run, f"Neighbor_{collective}")(*spec)
-                elif how == "nonblocking":
-                    getattr(run, f"Ineighbor_{collective}")(*spec).Wait()
-                else:
-                    request = getattr(run, f"Neighbor_{collective}_init")(*spec)
-                    request.Start()
-                    request.Wait()
-                    request.Free()
+                cases.run_call(run, collective, how, [send, 1, overlapping], [recv, 4, MPI.INT])
                 results.append(recv)
             compare(failures, collective, *results)
     finally:

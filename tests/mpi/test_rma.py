@@ -16,6 +16,8 @@ import sparsecoll
 from sparsecoll.execute import rma
 from sparsecoll.runtime.progress import run_stages
 
+from . import cases
+
 WORLD = MPI.COMM_WORLD
 RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
 RMA_EXECUTORS = ("rma", "rma_canary")
@@ -460,16 +462,8 @@ def test_staging_copies_never_meet_the_programs_receives_on_comm_self(ring, exec
         received = []
         for run in (comm, ring):
             recv = numpy.full(8, -1, dtype="i8")
-            spec = ([send, [1, 1], [0, 32], [strided] * 2], [recv, [1, 1], [0, 32], [strided] * 2])
-            if form == "blocking" or run is ring:
-                run.Neighbor_alltoallw(*spec)
-            elif form == "nonblocking":
-                run.Ineighbor_alltoallw(*spec).Wait()
-            else:
-                request = run.Neighbor_alltoallw_init(*spec)
-                request.Start()
-                request.Wait()
-                request.Free()
+            cases.run_call(run, "alltoallw", "blocking" if run is ring else form,
+                           [send, [1, 1], [0, 32], [strided] * 2], [recv, [1, 1], [0, 32], [strided] * 2])
             received.append(recv)
         assert received[0].tobytes() == received[1].tobytes()
         assert not posted.Test()  # nothing of sparsecoll's reached the program's receive
