@@ -22,6 +22,8 @@ import sparsecoll
 from sparsecoll.model.profile import BUILTIN, Load, Profile
 from sparsecoll.runtime.auto import REPEATS, TRIALS
 
+from . import cases
+
 pytestmark = pytest.mark.timeout(240)
 
 WORLD = MPI.COMM_WORLD
@@ -73,17 +75,8 @@ def exchange(comm, raw, collective: str, nbytes: int, form: str = "blocking"):
     reference = numpy.full_like(received, 255)
     send = [data, nbytes, MPI.BYTE]
     got, expected = [received, nbytes, MPI.BYTE], [reference, nbytes, MPI.BYTE]
-    name = f"Neighbor_{collective}"
-    if form == "blocking":
-        getattr(comm, name)(send, got)
-    elif form == "nonblocking":
-        getattr(comm, f"I{name[0].lower()}{name[1:]}")(send, got).Wait()
-    else:
-        request = getattr(comm, f"{name}_init")(send, got)
-        request.Start()
-        request.Wait()
-        request.Free()
-    getattr(raw, name)(send, expected)
+    cases.run_call(comm, collective, form, send, got)
+    getattr(raw, f"Neighbor_{collective}")(send, expected)
     return received, reference
 
 
