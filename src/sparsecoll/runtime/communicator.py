@@ -158,6 +158,9 @@ class CommRuntime:
         if pattern is None:
             if explained is not None:  # a protocol candidate auto predicts from an estimate
                 return {"algorithm": plan.algorithm, "family": family, "auto": explained, "persistence": level}
+            reason = algorithms.get(plan.algorithm).unsupported_reason(self.topology, family)
+            if reason is not None:  # what the call would raise, not an invitation to make it
+                raise ValueError(f"algorithm: {reason}")
             raise RuntimeError(
                 f"plan_stats({collective!r}): the {plan.algorithm!r} pattern of the {family} family is built by a "
                 f"collective call; call Neighbor_{collective} (blocking, nonblocking or persistent) or "
