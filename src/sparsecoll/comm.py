@@ -448,6 +448,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
 
     def Neighbor_allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood allgather: a request to Start and Wait repeatedly (``info``: for native)."""
+        _check_info(info)
         if self._sc_plan.native:
             return super().Neighbor_allgather_init(sendbuf, recvbuf, info)
         call = self._sc_calls.get("allgather") or self._sc_prepare("allgather", sendbuf, recvbuf)
@@ -469,6 +470,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
 
     def Neighbor_allgatherv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood allgatherv: a request to Start and Wait repeatedly (``info``: for native)."""
+        _check_info(info)
         if self._sc_plan.native:
             return super().Neighbor_allgatherv_init(sendbuf, recvbuf, info)
         call = self._sc_calls.get("allgatherv") or self._sc_prepare("allgatherv", sendbuf, recvbuf)
@@ -490,6 +492,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
 
     def Neighbor_alltoall_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood alltoall: a request to Start and Wait repeatedly (``info``: for native)."""
+        _check_info(info)
         if self._sc_plan.native:
             return super().Neighbor_alltoall_init(sendbuf, recvbuf, info)
         call = self._sc_calls.get("alltoall") or self._sc_prepare("alltoall", sendbuf, recvbuf)
@@ -511,6 +514,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
 
     def Neighbor_alltoallv_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood alltoallv: a request to Start and Wait repeatedly (``info``: for native)."""
+        _check_info(info)
         if self._sc_plan.native:
             return super().Neighbor_alltoallv_init(sendbuf, recvbuf, info)
         call = self._sc_calls.get("alltoallv") or self._sc_prepare("alltoallv", sendbuf, recvbuf)
@@ -532,6 +536,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
 
     def Neighbor_alltoallw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood alltoallw: a request to Start and Wait repeatedly (``info``: for native)."""
+        _check_info(info)
         if self._sc_plan.native:
             return super().Neighbor_alltoallw_init(sendbuf, recvbuf, info)
         call = self._sc_calls.get("alltoallw") or self._sc_prepare("alltoallw", sendbuf, recvbuf)
@@ -554,6 +559,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
 
     def Neighbor_allgatherw_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """Persistent neighborhood allgatherw: a request to Start and Wait repeatedly (``info``: for native)."""
+        _check_info(info)
         if self._sc_plan.native:
             return super().Neighbor_alltoallw_init(*self._allgatherw_as_alltoallw(sendbuf, recvbuf), info)
         call = self._sc_calls.get("allgatherw") or self._sc_prepare("allgatherw", sendbuf, recvbuf)
@@ -672,6 +678,13 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         if pending is not None:  # an Idup'd copy that never needed its runtime
             pending.drop()
         super().Free()  # deletes the attribute, which frees the runtime
+
+
+def _check_info(info) -> None:
+    """``info`` of a ``*_init``: an ``MPI.Info`` (``MPI.INFO_NULL`` by default), as mpi4py takes it,
+    whichever algorithm runs the request (TypeError before anything else)."""
+    if not isinstance(info, MPI.Info):
+        raise TypeError(f"info: expected an MPI.Info, got {type(info).__name__}")
 
 
 class Cartcomm(NeighborhoodMixin, MPI.Cartcomm):

@@ -254,6 +254,8 @@ def test_requests_answer_as_mpi4py_requests(ring, algorithm):
     assert request == MPI.REQUEST_NULL and not request and recv.tolist() == expected.tolist()
     with pytest.raises(TypeError, match="info"):
         wrapped.Neighbor_allgather_init(send, recv, 5)
+    with pytest.raises(TypeError, match="info"):  # as mpi4py's (the library's call under native or auto)
+        wrapped.Neighbor_allgather_init(send, recv, None)
     persistent = wrapped.Neighbor_allgather_init(send, recv, MPI.INFO_NULL)
     recv[:] = -1
     persistent.Start()
@@ -793,3 +795,87 @@ def test_the_library_s_allgatherw_holds_a_temporary_send_array(algorithm, form):
             assert recv.tobytes() == expected.tobytes()
     finally:
         comm.Free()
+
+
+def _status_is_empty(status: MPI.Status) -> bool:
+    return (status.Get_source() == MPI.ANY_SOURCE and status.Get_tag() == MPI.ANY_TAG
+            and status.Get_error() == MPI.SUCCESS and status.Get_count(MPI.BYTE) == 0 and not status.Is_cancelled())
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "cartesian_trivial"])
+def test_a_completed_or_inactive_request_gives_the_empty_status(ring, algorithm):
+    """MPI gives the empty status (any source, any tag, no error, count 0) for an inactive request,
+    as mpi4py's requests do; sparsecoll left whatever the status held. A completed collective's
+    source and tag are undefined: the empty status too. The lowercase ``free``, ``cancel`` and
+    ``get_status`` are mpi4py's names."""
+    rank = WORLD.Get_rank()
+    wrapped = sparsecoll.cart_neighborhood_create(WORLD, [WORLD.Get_size()], [True], [(1,), (-1,)],
+                                                  algorithm=algorithm) if algorithm != "direct" else \
+        sparsecoll.wrap(ring, algorithm)
+    send, recv = numpy.array([rank], "i4"), numpy.full(2, -1, "i4")
+
+    def stale() -> MPI.Status:
+        status = MPI.Status()
+        status.Set_source(3)
+        status.Set_tag(77)
+        status.Set_elements(MPI.BYTE, 5)
+        return status
+
+    persistent = wrapped.Neighbor_allgather_init(send, recv)
+    for check in (lambda st: persistent.Wait(st), lambda st: persistent.Test(st), lambda st: persistent.Get_status(st),
+                  lambda st: persistent.get_status(st)):
+        status = stale()
+        assert check(status) and _status_is_empty(status)  # inactive
+    persistent.Start()
+    status = stale()
+    persistent.Wait(status)
+    assert _status_is_empty(status)
+    with pytest.raises(RuntimeError, match="cannot be cancelled"):
+        persistent.Start()
+        persistent.cancel()
+    persistent.Wait()
+    persistent.free()
+    assert persistent == MPI.REQUEST_NULL
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("progress_thread", [False, True])
+def test_waitall_of_a_receive_and_a_multi_step_collective(progress_thread, monkeypatch):
+    """Rank 0 waits on a receive that rank 1 answers only once its own 2-step collective is done,
+    which needs rank 0's collective to move on: ``sparsecoll.waitall([receive, collective])``
+    waited in list order, blocked in the receive, and hung without the progress thread
+    (``SPARSECOLL_PROGRESS_THREAD=0``, or below ``MPI_THREAD_MULTIPLE``); ``MPI.Request.Waitall``
+    of the same program completes. Statuses come back one per request, as mpi4py's."""
+    from sparsecoll.runtime.progress import ENGINE
+    if WORLD.Get_size() < 4:
+        pytest.skip("needs a 2 x 2 grid (a 2-step cartesian allgather)")
+    if not progress_thread:
+        ENGINE.stop()
+        monkeypatch.setattr(ENGINE, "_thread_allowed", False)
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    moore = [(a, b) for a in (-1, 0, 1) for b in (-1, 0, 1) if (a, b) != (0, 0)]
+    comm = sparsecoll.cart_neighborhood_create(WORLD, MPI.Compute_dims(size, 2), [True, True], moore,
+                                               algorithm="cartesian")
+    try:
+        send, recv = numpy.array([rank], "i8"), numpy.full(8, -1, "i8")
+        comm.Neighbor_allgather(send, recv)
+        assert comm.plan_stats("allgather")["steps"] == 2
+        expected = numpy.full(8, -1, "i8")
+        MPI.Distgraphcomm(comm).Neighbor_allgather(send, expected)
+        recv[:] = -1
+        request = comm.Ineighbor_allgather(send, recv)
+        token = numpy.zeros(1, "i8")
+        if rank == 0:
+            statuses = []
+            sparsecoll.waitall([WORLD.Irecv(token, source=1, tag=9), request], statuses)
+            assert len(statuses) == 2 and statuses[0].Get_source() == 1 and _status_is_empty(statuses[1])
+        else:
+            request.Wait()
+            if rank == 1:
+                WORLD.Send(numpy.ones(1, "i8"), dest=0, tag=9)
+        assert recv.tolist() == expected.tolist()
+    finally:
+        comm.Free()
+        monkeypatch.undo()
+        ENGINE._stopping = False  # the next request starts a progress thread again (stop() is for exit)
+

@@ -340,10 +340,12 @@ class ScheduleRequest:
         if status is not None:
             _check_status(status)
         if self._state != ACTIVE:
+            _empty(status)
             return True
         if not self._messages_done():
             yield_when_idle()
             return False
+        _empty(status)
         self._complete()
         return True
 
@@ -367,6 +369,7 @@ class ScheduleRequest:
         if status is not None:
             _check_status(status)
         if self._state != ACTIVE:
+            _empty(status)
             return True
         if self._current is not None:
             if self._single is not None and not ENGINE.pending:
@@ -378,6 +381,7 @@ class ScheduleRequest:
             else:
                 with ENGINE.lock:
                     ENGINE.wait(self)
+        _empty(status)
         self._complete()
         return True
 
@@ -415,12 +419,27 @@ class ScheduleRequest:
         ``Test`` it leaves the request active (as ``MPI_Request_get_status``)."""
         if status is not None:
             _check_status(status)
-        return self._state != ACTIVE or self._messages_done()
+        done = self._state != ACTIVE or self._messages_done()
+        if done:
+            _empty(status)
+        return done
 
     def Cancel(self) -> None:
         """Refused: the MPI standard makes cancelling a collective's request erroneous."""
         raise RuntimeError("request: a collective operation cannot be cancelled (MPI makes MPI_Cancel of a "
                            "collective request erroneous); complete it with Wait or Test")
+
+    def get_status(self, status=None) -> bool:
+        """``Get_status``, as mpi4py's lowercase method."""
+        return self.Get_status(status)
+
+    def cancel(self) -> None:
+        """``Cancel`` (refused), as mpi4py's lowercase method."""
+        self.Cancel()
+
+    def free(self) -> None:
+        """``Free``, as mpi4py's lowercase method."""
+        self.Free()
 
     def wait(self, status=None) -> None:
         """``Wait``, as mpi4py's lowercase method for a buffer request (which returns None)."""
@@ -448,6 +467,18 @@ def _check_status(status) -> None:
         raise TypeError(f"status: expected an MPI.Status or None, got {type(status).__name__}")
 
 
+def _empty(status) -> None:
+    """Make ``status`` (if any) MPI's empty status: source ``ANY_SOURCE``, tag ``ANY_TAG``, no error,
+    nothing received, not cancelled; what MPI gives for a null or inactive request, and one
+    value of the undefined source and tag of a completed collective (as MPICH and Open MPI give)."""
+    if status is not None:
+        status.Set_source(MPI.ANY_SOURCE)
+        status.Set_tag(MPI.ANY_TAG)
+        status.Set_error(MPI.SUCCESS)
+        status.Set_elements(MPI.BYTE, 0)
+        status.Set_cancelled(False)
+
+
 def wait_for_messages(request: ScheduleRequest) -> None:
     """Block until ``request``'s messages are complete without completing it for its owner."""
     if request._current is not None:
@@ -467,7 +498,22 @@ def run_stages(stages) -> None:
     request.Wait()
 
 
-def waitall(requests) -> None:
-    """Wait for a list of sparsecoll (or mpi4py) requests."""
-    for request in requests:
-        request.Wait()
+def waitall(requests, statuses=None) -> None:
+    """Wait for a list of sparsecoll and mpi4py requests (``MPI.Request.Waitall`` takes only
+    mpi4py's); ``statuses``, a list, gets one status per request, as mpi4py's ``statuses``.
+
+    Several requests are tested in turn until all are complete: waiting on one (an mpi4py
+    receive) while a sparsecoll request of another has its next step to start would keep that
+    step from its peers, which may be what the receive waits for."""
+    requests = list(requests)
+    if statuses is not None:
+        statuses.extend(MPI.Status() for _ in range(len(requests) - len(statuses)))
+    status_of = (lambda k: None) if statuses is None else statuses.__getitem__
+    if len(requests) == 1:
+        requests[0].Wait(status_of(0))
+        return
+    pending = list(range(len(requests)))
+    while pending:
+        pending = [k for k in pending if not requests[k].Test(status_of(k))]
+        if pending:
+            yield_when_idle()
