@@ -560,3 +560,86 @@ def test_a_profile_one_rank_cannot_use_stops_every_rank_at_wrap(how, monkeypatch
         assert recv.tolist() == expected.tolist()
     finally:
         cart.Free()
+
+
+@pytest.mark.timeout(60)
+def test_a_nonblocking_call_makes_no_collective_set_up():
+    """MPI's nonblocking calls are local: rank 1 enters ``Ineighbor_alltoall`` only after a message
+    rank 0 sends once its own call returned. A profile (the same on every rank) makes the
+    library's nonblocking call slow and sparsecoll's blocking call slow, so the blocking call
+    runs the library and the nonblocking one ``cartesian``, whose call plan agrees on a size
+    pass with an allreduce: made inside the nonblocking call, it hung. The call now runs the
+    library's until a blocking or persistent call has set the choice up; the data is the library's."""
+    if SIZE < 2:
+        pytest.skip("needs 2 ranks")
+    dims = MPI.Compute_dims(SIZE, 2)
+    moore = [(a, b) for a in (-1, 0, 1) for b in (-1, 0, 1) if (a, b) != (0, 0)]
+    neighborhood = sparsecoll.cart_neighborhood_create(WORLD, dims, [True, True], moore, algorithm="native")
+    sources, destinations, _ = neighborhood.Get_dist_neighbors()
+    graph = WORLD.Create_dist_graph_adjacent(sources, destinations, reorder=False)
+    base = BUILTIN.loads[0]
+    levels = {k: dict(v, overhead=v["overhead"] * 30) for k, v in base.levels.items()}
+    profile = Profile((Load(1.0, levels, dict(base.sparsecoll_per_call, blocking=1e-2), base.sparsecoll_per_step,
+                            dict(base.native_per_call, nonblocking=1e-3), dict(base.combined_factor)),),
+                      source="a slow library Ineighbor")
+    comm = sparsecoll.wrap(neighborhood, profile=profile)
+    try:
+        block = 64
+        send = numpy.concatenate([numpy.full(block, (RANK * 16 + j) % 256, "u1") for j in range(len(destinations))])
+        expected = numpy.zeros(len(sources) * block, "u1")
+        graph.Neighbor_alltoall(send, expected)
+        recv = numpy.zeros_like(expected)
+        comm.Neighbor_alltoall(send, recv)  # auto decides here (collective)
+        assert recv.tobytes() == expected.tobytes()
+        explained = comm.plan_stats("alltoall", block_bytes=block, form="nonblocking")["auto"]
+        assert explained["predicted_winner"] != "native"
+        recv[:] = 0
+        if RANK == 1:
+            WORLD.recv(source=0, tag=77)
+        request = comm.Ineighbor_alltoall(send, recv)
+        if RANK == 0:
+            WORLD.send("go", dest=1, tag=77)
+        request.Wait()
+        assert recv.tobytes() == expected.tobytes()
+        comm.Neighbor_alltoall_init(send, recv).Free()  # sets the choice up (collective, as an init is)
+        recv[:] = 0
+        comm.Ineighbor_alltoall(send, recv).Wait()  # now the predicted winner
+        assert recv.tobytes() == expected.tobytes()
+    finally:
+        comm.Free()
+        graph.Free()
+
+
+@pytest.mark.timeout(120)
+def test_a_protocol_candidate_predicted_to_win_is_built_at_the_repeats_th_blocking_call():
+    """The module's rule: blocking calls of one size class run the best built candidate until the
+    REPEATS-th, which builds the predicted winner (collectively: every rank counts the same calls).
+    The first call kept its fallback's runner for good, so the count never moved and nothing was
+    ever built. (A profile, the same on every rank, that makes the combining candidates win.)"""
+    if SIZE < 3:
+        pytest.skip("needs 3 ranks")
+    others = [x for x in range(SIZE) if x != RANK]
+    graph = WORLD.Create_dist_graph_adjacent(others * 2, others * 2, reorder=False)
+    base = BUILTIN.loads[0]
+    levels = {k: {"alpha": v["alpha"], "beta": v["beta"] * 0.1, "overhead": v["overhead"] * 100}
+              for k, v in base.levels.items()}
+    profile = Profile((Load(1.0, levels, {f: s * 0.01 for f, s in base.sparsecoll_per_call.items()},
+                            base.sparsecoll_per_step * 0.01, dict(base.native_per_call),
+                            {"allgather": 1.0, "alltoall": 1.0}),), source="combining wins")
+    comm = sparsecoll.wrap(graph, profile=profile)
+    try:
+        block = 65536
+        send, recv = numpy.full(block, RANK, "u1"), numpy.zeros(block * 2 * len(others), "u1")
+        comm.Neighbor_allgather(send, recv)
+        explained = comm.plan_stats("allgather", block_bytes=block)["auto"]
+        winner = explained["predicted_winner"]
+        if winner not in explained["estimated"]:
+            pytest.skip(f"the profile makes {winner} win here, not a protocol candidate")
+        for _ in range(REPEATS):
+            recv[:] = 0
+            comm.Neighbor_allgather(send, recv)
+            assert recv.tobytes() == numpy.repeat(numpy.array(others * 2, "u1"), block).tobytes()
+        explained = comm.plan_stats("allgather", block_bytes=block)["auto"]
+        assert winner not in explained["estimated"]  # built, at the same call on every rank
+    finally:
+        comm.Free()  # (graph's handle)

@@ -29,7 +29,10 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   class, or for a persistent request; then the Pattern is built (collectively), charged on
   its real messages (one more allreduce), and the tables of its family are decided again.
   ``REPEATS = 8``: the build is a protocol of several rounds, each as costly as a few calls,
-  so it pays only in a loop; a signature seen 8 times is a loop, not set-up. ``loggp_tree``
+  so it pays only in a loop; a signature seen 8 times is a loop, not set-up. A nonblocking
+  call never builds nor sets up anything collectively (MPI's nonblocking calls are local): it
+  runs the table's choice once a blocking or persistent call has set it up, the library's call
+  until then (:meth:`AutoDispatch._local_choice`). ``loggp_tree``
   has no estimate and is not a candidate (:mod:`sparsecoll.model.choice` says why).
 * **Exact bytes** (``cdag_exact_byte_communications``, :mod:`.persistence`): the weights are
   every call's bytes, so the first call's class comes from the weights (the mean out-edge
@@ -299,8 +302,9 @@ class AutoDispatch:
             return None
         return best
 
-    def choose(self, form: str, size_class: int, persistent: bool = False) -> str:
-        """The algorithm this call runs (may build a protocol candidate: collective, see the module)."""
+    def choose(self, form: str, size_class: int, persistent: bool = False, counts: bool = True) -> str:
+        """The algorithm this call runs (may build a protocol candidate: collective, see the module).
+        ``counts`` False: the table's choice, never built here (the call is not counted)."""
         if form in self._library_only:
             return model.NATIVE
         uniform = self._uniform.get(form)
@@ -308,7 +312,7 @@ class AutoDispatch:
             return uniform
         f = FORMS.index(form)
         name = self.table[f][size_class]
-        if name == model.NATIVE or self._family.built(name):
+        if name == model.NATIVE or self._family.built(name) or not counts:
             return name
         seen = self._seen.get(size_class, 0) + 1
         self._seen[size_class] = seen
@@ -438,18 +442,41 @@ class AutoDispatch:
 
     def _runner(self, form: str, size_class: int):
         """What a ``form`` call of ``size_class`` runs now (a callable of ``(sendbuf, recvbuf)``),
-        kept in ``_settled`` when the choice is final (native, or a built candidate)."""
-        name = self.choose(form, size_class)
+        kept in ``_settled`` when the choice is final (what the table says, built: while a
+        protocol candidate waits for its :data:`REPEATS`-th call, every call counts)."""
+        name = self._local_choice(size_class) if form == "nonblocking" else self.choose(form, size_class)
         if name == model.NATIVE:
             run = self._native[form]
         else:
             call = self._call_plan(name)
             run = partial(getattr(call.runtime, form), call)
-        if name == model.NATIVE or self._family.built(name):
+        if self._final(form, size_class, name):
             self._settled[form][size_class] = run
             if form in self._uniform:
                 self._uniform_runs[form] = run
         return run
+
+    def _final(self, form: str, size_class: int, name: str) -> bool:
+        """Whether ``name`` is what every later ``form`` call of ``size_class`` runs until the
+        tables change: the table's choice (or the library's for good), built, set up."""
+        if form in self._library_only:
+            return name == model.NATIVE
+        winner = self._uniform.get(form) or self.table[FORMS.index(form)][size_class]
+        return name == winner and (name == model.NATIVE or (self._family.built(name) and name in self._calls))
+
+    def _local_choice(self, size_class: int) -> str:
+        """A nonblocking call's algorithm, with no collective set-up in the call: MPI's nonblocking
+        calls are local (a rank may enter one, then wait in a receive that its peer answers only
+        after entering the same call). The table's choice where it is built and its call plan made
+        (by an earlier blocking or persistent call: at the same call on every rank, as every rank
+        makes the same calls), else the library's call, which needs none; where the library may
+        not run (a fault of its on this neighborhood), the choice as it is (set up in the call)."""
+        name = self.choose("nonblocking", size_class, counts=False)
+        if name == model.NATIVE or (self._family.built(name) and name in self._calls):
+            return name
+        if self.native_allowed:
+            return model.NATIVE
+        return self.choose("nonblocking", size_class)
 
     def blocking(self, _, sendbuf, recvbuf):
         """A blocking call: the chosen algorithm (timed against native while ``verify_choice`` checks it)."""
