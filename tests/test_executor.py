@@ -15,6 +15,7 @@ import sparsecoll
 from sparsecoll.bind import BoundMessage
 from sparsecoll.execute.p2p import (
     LIBRARY_WIRE_LIMITS,
+    MAX_COUNT,
     WireLimits,
     coalesce,
     joined,
@@ -83,6 +84,10 @@ def test_adjacent_pieces_of_one_datatype_are_joined():
     assert joined(((800, 2, double), (900, 1, double))) == ((800, 2, double), (900, 1, double))
     assert joined(((800, 2, MPI.INT64_T), (816, 1, double))) == ((800, 2, MPI.INT64_T), (816, 1, double))
     assert joined(((800, 0, double), (900, 0, double))) == ((800, 0, double),)
+    # no joined count above MPI's int (Open MPI 5.0 refuses it: two adjacent 2**30 + 8 byte blocks failed)
+    big = 2**30 + 8
+    assert joined(((0, big, MPI.BYTE), (big, big, MPI.BYTE))) == ((0, big, MPI.BYTE), (big, big, MPI.BYTE))
+    assert joined(((0, MAX_COUNT - 1, MPI.BYTE), (MAX_COUNT - 1, 1, MPI.BYTE))) == ((0, MAX_COUNT, MPI.BYTE),)
     pairs = MPI.DOUBLE.Create_resized(0, 16).Commit()  # every other double: extent 16
     try:
         assert joined(((800, 2, pairs), (832, 1, pairs))) == ((800, 3, pairs),)

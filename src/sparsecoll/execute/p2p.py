@@ -142,11 +142,17 @@ def coalesce(messages, limits: WireLimits | None = None) -> list:
     return [(messages[run[0]].peer, tuple(piece for i in run for piece in messages[i].pieces)) for run in runs]
 
 
+#: The largest count MPI's ``int`` arguments hold: Open MPI 5.0 has no large-count calls and
+#: refuses more (``MPI_ERR_ARG``), so joining never makes a count above it.
+MAX_COUNT = 2**31 - 1
+
+
 def joined(pieces) -> tuple:
     """The pieces with adjacent ones of one datatype joined and empty ones left out (same message).
 
     ``count`` elements of a datatype lie ``extent`` bytes apart, so a piece that starts where
-    the previous one's last element ends continues it. A message with no data keeps one piece.
+    the previous one's last element ends continues it, while the joined count stays within
+    :data:`MAX_COUNT`. A message with no data keeps one piece.
     """
     out = []
     for address, count, datatype in pieces:
@@ -154,7 +160,8 @@ def joined(pieces) -> tuple:
             continue
         if out:
             last = out[-1]
-            if last[2] == datatype and address == last[0] + last[1] * datatype.Get_extent()[1]:
+            if (last[2] == datatype and address == last[0] + last[1] * datatype.Get_extent()[1]
+                    and last[1] + count <= MAX_COUNT):
                 last[1] += count
                 continue
         out.append([address, count, datatype])

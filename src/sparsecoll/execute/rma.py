@@ -127,8 +127,8 @@ import numpy
 from mpi4py import MPI
 
 from ..bind import Schedule
+from .p2p import MAX_COUNT, copy_requests, free_executor, joined, message_bytes, message_datatype
 from .p2p import Executor as StepExecutor
-from .p2p import copy_requests, free_executor, joined, message_bytes, message_datatype
 from .rtr_tree import OPTION as RTR_TREE
 from .rtr_tree import build as build_trees
 from .rtr_tree import check_degree, flat_roles
@@ -179,9 +179,13 @@ def bytes_datatype(segments, limit: int):
         take = min(nbytes, limit)
         if take <= 0:
             break
-        lengths.append(take)
-        addresses.append(address)
         limit -= take
+        while take > 0:  # block lengths are ints (Open MPI 5.0 has no large counts)
+            length = min(take, MAX_COUNT)
+            lengths.append(length)
+            addresses.append(address)
+            address += length
+            take -= length
     return MPI.BYTE.Create_hindexed(lengths, addresses).Commit()
 
 
