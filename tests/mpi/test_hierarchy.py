@@ -549,6 +549,39 @@ def test_reductions_refuse_two_datatypes_as_mpi4py_does(reduce_mode):
         comm.Free()
 
 
+class _LeadersWhoseBcastFails:
+    """The leader communicator, whose ``Bcast`` raises as Open MPI 5.0's does for a count above
+    MPI's int (a Bcast of 2**31 + 8 bytes, which MPICH moves)."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+    def Bcast(self, *args, **kwargs):
+        raise MPI.Exception(MPI.ERR_COUNT)
+
+
+def _leaders_whose_bcast_fails(comm):
+    return _LeadersWhoseBcastFails(comm)
+
+
+@pytest.mark.timeout(60)
+def test_a_leaders_library_error_raises_on_every_rank_of_its_node():
+    """A leader's library call that raises left the other ranks of its node in the node barrier
+    for good; now every rank raises, and the communicator still works."""
+    comm = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2, inter_node=_leaders_whose_bcast_fails)
+    try:
+        with pytest.raises((MPI.Exception, RuntimeError)):
+            comm.Bcast(numpy.zeros(4), root=0)
+        gathered = numpy.zeros(SIZE)
+        comm.Allgather(numpy.array([float(RANK)]), gathered)
+        assert gathered.tolist() == [float(r) for r in range(SIZE)]
+    finally:
+        comm.Free()
+
+
 def test_zero_counts_everywhere(comm):
     """Calls that move nothing at all still agree with the library and leave buffers alone."""
     for method, make in (

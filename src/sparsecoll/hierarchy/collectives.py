@@ -211,6 +211,31 @@ class Hierarchy:
         """This call's half of the count table as int64 (every node rank passes the same ``entries``)."""
         return _half_of(self.table, self._half, 8 * entries, self.node_size)[:8 * entries].view(numpy.int64)
 
+    @contextmanager
+    def _leaders_then_barrier(self):
+        """The leaders' library call (the block), then the node barrier, at which every node rank
+        learns whether its leader's call raised and raises too: a leader's error (Open MPI 5.0
+        refuses counts above MPI's int, e.g. a Bcast of 2**31 + 8 bytes, which MPICH moves) left
+        the node's other ranks waiting in the barrier for good. One int is reduced over the node
+        instead of a barrier's nothing."""
+        error = None
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 (raised below, on every rank of the node)
+            error = exc
+        windows = [w.window for w in (self.data, self.table) if w.window is not None]
+        for window in windows:
+            window.Sync()
+        failed = numpy.array([error is not None], dtype=numpy.int32)
+        self.layout.node_comm.Allreduce(MPI.IN_PLACE, failed, op=MPI.MAX)
+        for window in windows:
+            window.Sync()
+        if error is not None:
+            raise error
+        if failed[0]:
+            raise RuntimeError("the node's leader failed in the MPI library's collective between nodes "
+                               "(it raised the library's error); this call did not complete")
+
     def _barrier(self) -> None:
         """Node barrier over both windows (see :meth:`node.SharedWindow.sync`)."""
         windows = [w.window for w in (self.data, self.table) if w.window is not None]
@@ -295,9 +320,9 @@ class Hierarchy:
         shared = self._shared(int(sizes.sum()))
         pack_block(source, index, shared, int(offsets[self.rank]))
         self._barrier()
-        if self.leader is not None:
-            self.leader.Allgatherv(MPI.IN_PLACE, [shared, (counts.tolist(), displs.tolist()), BYTE])
-        self._barrier()
+        with self._leaders_then_barrier():
+            if self.leader is not None:
+                self.leader.Allgatherv(MPI.IN_PLACE, [shared, (counts.tolist(), displs.tolist()), BYTE])
         unpack_blocks(shared, offsets, received)
 
     def gather(self, sendbuf, recvbuf, root) -> None:
@@ -347,17 +372,18 @@ class Hierarchy:
     def _gather_inter(self, shared, root: int, counts, displs, own_total=None) -> None:
         """Barrier, the leaders' Gatherv to the root's node, barrier."""
         self._barrier()
-        if self.leader is not None:
-            root_node = self._root_node(root)
-            if self.layout.node == root_node:
-                self.leader.Gatherv(MPI.IN_PLACE, [shared, (counts.tolist(), displs.tolist()), BYTE], root=root_node)
-            else:
-                if own_total is None:
-                    start, own_total = int(displs[self.layout.node]), int(counts[self.layout.node])
+        with self._leaders_then_barrier():
+            if self.leader is not None:
+                root_node = self._root_node(root)
+                if self.layout.node == root_node:
+                    self.leader.Gatherv(MPI.IN_PLACE, [shared, (counts.tolist(), displs.tolist()), BYTE],
+                                        root=root_node)
                 else:
-                    start = 0
-                self.leader.Gatherv([shared[start:start + own_total], BYTE], None, root=root_node)
-        self._barrier()
+                    if own_total is None:
+                        start, own_total = int(displs[self.layout.node]), int(counts[self.layout.node])
+                    else:
+                        start = 0
+                    self.leader.Gatherv([shared[start:start + own_total], BYTE], None, root=root_node)
 
     def scatter(self, sendbuf, recvbuf, root) -> None:
         """``Scatter`` (mpi4py's arguments)."""
@@ -424,14 +450,14 @@ class Hierarchy:
     def _scatter_inter(self, shared, root: int, counts, displs, start: int, own_total: int) -> None:
         """Barrier, the leaders' Scatterv from the root's node, barrier."""
         self._barrier()
-        if self.leader is not None:
-            root_node = self._root_node(root)
-            if self.layout.node == root_node:
-                self.leader.Scatterv([shared, (counts.tolist(), displs.tolist()), BYTE], MPI.IN_PLACE,
-                                     root=root_node)
-            else:
-                self.leader.Scatterv(None, [shared[start:start + own_total], BYTE], root=root_node)
-        self._barrier()
+        with self._leaders_then_barrier():
+            if self.leader is not None:
+                root_node = self._root_node(root)
+                if self.layout.node == root_node:
+                    self.leader.Scatterv([shared, (counts.tolist(), displs.tolist()), BYTE], MPI.IN_PLACE,
+                                         root=root_node)
+                else:
+                    self.leader.Scatterv(None, [shared[start:start + own_total], BYTE], root=root_node)
 
     def _exchange_counts(self, mine: int, root: int, root_blocks):
         """ExchangeCntData for the rooted vector collectives.
@@ -492,11 +518,11 @@ class Hierarchy:
         q = self.position
         pack_blocks(sent, shared, send_offsets[q])
         self._barrier()
-        if self.leader is not None:
-            self.leader.Alltoallv([shared[:send_total], (send_counts.tolist(), send_displs.tolist()), BYTE],
-                                  [shared[send_total:send_total + recv_total],
-                                   (recv_counts.tolist(), recv_displs.tolist()), BYTE])
-        self._barrier()
+        with self._leaders_then_barrier():
+            if self.leader is not None:
+                self.leader.Alltoallv([shared[:send_total], (send_counts.tolist(), send_displs.tolist()), BYTE],
+                                      [shared[send_total:send_total + recv_total],
+                                       (recv_counts.tolist(), recv_displs.tolist()), BYTE])
         unpack_blocks(shared, recv_offsets[q], received, send_total)
 
     # -- broadcast ------------------------------------------------------------------------------
@@ -512,9 +538,9 @@ class Hierarchy:
         if self.rank == root:
             pack_block(blocks, 0, shared, 0)
         self._barrier()
-        if self.leader is not None:
-            self.leader.Bcast([shared[:nbytes], BYTE], root=self._root_node(root))
-        self._barrier()
+        with self._leaders_then_barrier():
+            if self.leader is not None:
+                self.leader.Bcast([shared[:nbytes], BYTE], root=self._root_node(root))
         if self.rank != root:
             unpack_block(shared, 0, blocks, 0)
 
@@ -554,14 +580,14 @@ class Hierarchy:
         if reduced is None:
             return False
         result, elements, basic = reduced
-        if self.leader is not None:
-            root_node = self._root_node(root)
-            with _reduction_spec(result, elements, basic, count, datatype, op) as spec:
-                if self.layout.node == root_node:
-                    self.leader.Reduce(MPI.IN_PLACE, spec, op, root=root_node)
-                else:
-                    self.leader.Reduce(spec, None, op, root=root_node)
-        self._barrier()
+        with self._leaders_then_barrier():
+            if self.leader is not None:
+                root_node = self._root_node(root)
+                with _reduction_spec(result, elements, basic, count, datatype, op) as spec:
+                    if self.layout.node == root_node:
+                        self.leader.Reduce(MPI.IN_PLACE, spec, op, root=root_node)
+                    else:
+                        self.leader.Reduce(spec, None, op, root=root_node)
         if target is not None:
             unpack(result, 0, target.address + target.displs[0], count, datatype)
         return True
@@ -595,10 +621,10 @@ class Hierarchy:
         if reduced is None:
             return False
         result, elements, basic = reduced
-        if self.leader is not None:
-            with _reduction_spec(result, elements, basic, count, datatype, op) as spec:
-                self.leader.Allreduce(MPI.IN_PLACE, spec, op)
-        self._barrier()
+        with self._leaders_then_barrier():
+            if self.leader is not None:
+                with _reduction_spec(result, elements, basic, count, datatype, op) as spec:
+                    self.leader.Allreduce(MPI.IN_PLACE, spec, op)
         unpack(result, 0, target.address + target.displs[0], count, datatype)
         return True
 
@@ -643,24 +669,24 @@ class Hierarchy:
         result = self._node_reduce(pieces, total, basic, op, offsets, element=(per, datatype))
         node = self.layout.node
         esize = basic.Get_size()
-        if self.leader is not None:
-            # not in place: MPICH 5.0.2's in-place Reduce_scatter moves a block larger than its offset
-            # to the buffer's start by an overlapping memcpy and aborts (counts 17500, 35000, 52500,
-            # 70000 int64 on 2 nodes of 2); the node's share is copied to the result's start after
-            first, size = int(node_displs[node]) * esize, int(node_counts[node]) * esize
-            if op.is_predefined:
-                share = numpy.empty(size, dtype=numpy.uint8)
-                self.leader.Reduce_scatter([result, total, basic], [share, size // esize, basic],
-                                           node_counts.tolist(), op)
-            else:
-                # MPICH 5.0.2's Reduce_scatter(_block) with a user-defined op on a resized datatype fails
-                # an assertion or writes past its buffers (4 ranks, no sparsecoll): with a user-defined
-                # op the leaders reduce the whole vector and keep their node's share
-                with _reduction_spec(result, total, basic, total // per, datatype, op) as spec:
-                    self.leader.Allreduce(MPI.IN_PLACE, spec, op)
-                share = result[first:first + size].copy()
-            result[:size] = share
-        self._barrier()
+        with self._leaders_then_barrier():
+            if self.leader is not None:
+                # not in place: MPICH 5.0.2's in-place Reduce_scatter moves a block larger than its offset
+                # to the buffer's start by an overlapping memcpy and aborts (counts 17500, 35000, 52500,
+                # 70000 int64 on 2 nodes of 2); the node's share is copied to the result's start after
+                first, size = int(node_displs[node]) * esize, int(node_counts[node]) * esize
+                if op.is_predefined:
+                    share = numpy.empty(size, dtype=numpy.uint8)
+                    self.leader.Reduce_scatter([result, total, basic], [share, size // esize, basic],
+                                               node_counts.tolist(), op)
+                else:
+                    # MPICH 5.0.2's Reduce_scatter(_block) with a user-defined op on a resized datatype fails
+                    # an assertion or writes past its buffers (4 ranks, no sparsecoll): with a user-defined
+                    # op the leaders reduce the whole vector and keep their node's share
+                    with _reduction_spec(result, total, basic, total // per, datatype, op) as spec:
+                        self.leader.Allreduce(MPI.IN_PLACE, spec, op)
+                    share = result[first:first + size].copy()
+                result[:size] = share
         start = int(offsets[self.rank] - node_displs[node]) * esize
         unpack(result, start, target.address + target.displs[0], counts[self.rank], datatype)
         return True
