@@ -223,27 +223,29 @@ class Hierarchy:
             yield
         except Exception as exc:  # noqa: BLE001 (raised below, on every rank of the node)
             error = exc
-        windows = [w.window for w in (self.data, self.table) if w.window is not None]
-        for window in windows:
-            window.Sync()
-        failed = numpy.array([error is not None], dtype=numpy.int32)
-        self.layout.node_comm.Allreduce(MPI.IN_PLACE, failed, op=MPI.MAX)
-        for window in windows:
-            window.Sync()
+        failed_on_node = self._barrier(failed=error is not None)
         if error is not None:
             raise error
-        if failed[0]:
+        if failed_on_node:
             raise RuntimeError("the node's leader failed in the MPI library's collective between nodes "
                                "(it raised the library's error); this call did not complete")
 
-    def _barrier(self) -> None:
-        """Node barrier over both windows (see :meth:`node.SharedWindow.sync`)."""
+    def _barrier(self, failed: bool | None = None) -> bool:
+        """Node barrier over both windows (see :meth:`node.SharedWindow.sync`); with ``failed``
+        (this rank's), a reduction of it over the node instead: whether any node rank failed."""
         windows = [w.window for w in (self.data, self.table) if w.window is not None]
         for window in windows:
             window.Sync()
-        self.layout.node_comm.Barrier()
+        any_failed = False
+        if failed is None:
+            self.layout.node_comm.Barrier()
+        else:
+            flag = numpy.array([failed], dtype=numpy.int32)
+            self.layout.node_comm.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX)
+            any_failed = bool(flag[0])
         for window in windows:
             window.Sync()
+        return any_failed
 
     def _agree(self, arg: str, nbytes=None, root=None, mine=None, expected=None, failed: bool = False) -> None:
         """With ``check_arguments``: one Allreduce(MAX) over the communicator comparing ``root``,

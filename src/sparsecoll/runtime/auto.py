@@ -253,11 +253,17 @@ class AutoDispatch:
         #: form -> per size class, what a call runs once its choice is final (the library's method or
         #: the chosen algorithm's runtime call), filled by :meth:`_runner`; local work only: emptied
         #: here, whenever the tables change
-        for form in ("blocking", "nonblocking"):  # the dicts stay the same objects (settled_method reads them)
+        self._uniform_runs: dict = {}  # form -> its runner, for a form in ``_uniform`` (no size class needed)
+        self._forget_settled(("blocking", "nonblocking"))
+
+    def _forget_settled(self, forms) -> None:
+        """Empty the runners kept for ``forms`` (local work only; the dicts stay the same objects,
+        which :meth:`settled_method` reads)."""
+        for form in forms:
             self._settled[form][:] = [None] * model.CLASSES
             self._settled_by_nbytes[form].clear()
             self._settled_by_block[form].clear()
-        self._uniform_runs: dict = {}  # form -> its runner, for a form in ``_uniform`` (no size class needed)
+            self._uniform_runs.pop(form, None)
 
     def _library_limit(self, row) -> int:
         """Receive-buffer bytes under which every call of a form with this table row is the library's.
@@ -438,6 +444,7 @@ class AutoDispatch:
         call = self._calls.get(name)
         if call is None:
             call = self._calls[name] = self._comm_runtime.call_plan(self._plan.resolved(name), self.collective)
+            self._forget_settled(("nonblocking",))  # its stand-in for ``name`` (:meth:`_local_choice`) ends
         return call
 
     def _runner(self, form: str, size_class: int):
@@ -458,8 +465,10 @@ class AutoDispatch:
 
     def _final(self, form: str, size_class: int, name: str) -> bool:
         """Whether ``name`` is what every later ``form`` call of ``size_class`` runs until the
-        tables change: the table's choice (or the library's for good), built, set up."""
-        if form in self._library_only:
+        tables change or a call plan is made: the table's choice (or the library's for good),
+        built, set up; for a nonblocking call the library's call standing in for a choice not
+        set up too (:meth:`_call_plan` forgets it)."""
+        if form in self._library_only or (form == "nonblocking" and name == model.NATIVE):
             return name == model.NATIVE
         winner = self._uniform.get(form) or self.table[FORMS.index(form)][size_class]
         return name == winner and (name == model.NATIVE or (self._family.built(name) and name in self._calls))

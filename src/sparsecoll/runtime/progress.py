@@ -340,12 +340,14 @@ class ScheduleRequest:
         if status is not None:
             _check_status(status)
         if self._state != ACTIVE:
-            _empty(status)
+            if status is not None:
+                _empty(status)
             return True
         if not self._messages_done():
             yield_when_idle()
             return False
-        _empty(status)
+        if status is not None:
+            _empty(status)
         self._complete()
         return True
 
@@ -369,7 +371,8 @@ class ScheduleRequest:
         if status is not None:
             _check_status(status)
         if self._state != ACTIVE:
-            _empty(status)
+            if status is not None:
+                _empty(status)
             return True
         if self._current is not None:
             if self._single is not None and not ENGINE.pending:
@@ -381,7 +384,8 @@ class ScheduleRequest:
             else:
                 with ENGINE.lock:
                     ENGINE.wait(self)
-        _empty(status)
+        if status is not None:
+            _empty(status)
         self._complete()
         return True
 
@@ -420,7 +424,7 @@ class ScheduleRequest:
         if status is not None:
             _check_status(status)
         done = self._state != ACTIVE or self._messages_done()
-        if done:
+        if done and status is not None:
             _empty(status)
         return done
 
@@ -467,16 +471,15 @@ def _check_status(status) -> None:
         raise TypeError(f"status: expected an MPI.Status or None, got {type(status).__name__}")
 
 
-def _empty(status) -> None:
-    """Make ``status`` (if any) MPI's empty status: source ``ANY_SOURCE``, tag ``ANY_TAG``, no error,
+def _empty(status: MPI.Status) -> None:
+    """Make ``status`` MPI's empty status: source ``ANY_SOURCE``, tag ``ANY_TAG``, no error,
     nothing received, not cancelled; what MPI gives for a null or inactive request, and one
     value of the undefined source and tag of a completed collective (as MPICH and Open MPI give)."""
-    if status is not None:
-        status.Set_source(MPI.ANY_SOURCE)
-        status.Set_tag(MPI.ANY_TAG)
-        status.Set_error(MPI.SUCCESS)
-        status.Set_elements(MPI.BYTE, 0)
-        status.Set_cancelled(False)
+    status.Set_source(MPI.ANY_SOURCE)
+    status.Set_tag(MPI.ANY_TAG)
+    status.Set_error(MPI.SUCCESS)
+    status.Set_elements(MPI.BYTE, 0)
+    status.Set_cancelled(False)
 
 
 def wait_for_messages(request: ScheduleRequest) -> None:
