@@ -610,6 +610,35 @@ def test_a_nonblocking_call_makes_no_collective_set_up():
         graph.Free()
 
 
+@pytest.mark.timeout(60)
+def test_a_nonblocking_call_before_the_decision_makes_no_collective_set_up():
+    """The same rule before auto's first blocking call: on Open MPI, whose nonblocking call is
+    wrong on a Cartesian communicator with a periodic dimension of 1 or 2 ranks (ompi#14430),
+    such a call runs ``direct``; with ``coloring=True`` direct's Pattern was colored by a protocol
+    inside the call, and the program below hung. (Elsewhere the call is the library's.)"""
+    if SIZE < 2:
+        pytest.skip("needs 2 ranks")
+    dims = [2, SIZE // 2] if SIZE % 2 == 0 else [1, SIZE]
+    cart = WORLD.Create_cart(dims, [True, True])
+    comm = sparsecoll.wrap(cart, coloring=True)
+    try:
+        block = 8
+        degree = 4
+        send = numpy.concatenate([numpy.full(block, RANK * 16 + j, "u1") for j in range(degree)])
+        recv = numpy.zeros(degree * block, "u1")
+        if RANK == 1:
+            WORLD.recv(source=0, tag=78)
+        request = comm.Ineighbor_alltoall(send, recv)  # the wrapper's first call
+        if RANK == 0:
+            WORLD.send("go", dest=1, tag=78)
+        request.Wait()
+        neighbors = [rank for dimension in range(2) for rank in cart.Shift(dimension, 1)]
+        expected = numpy.concatenate([numpy.full(block, neighbors[i] * 16 + (i ^ 1), "u1") for i in range(degree)])
+        assert recv.tobytes() == expected.tobytes()
+    finally:
+        comm.Free()  # the wrapper's handle is cart's
+
+
 @pytest.mark.timeout(120)
 def test_a_protocol_candidate_predicted_to_win_is_built_at_the_repeats_th_blocking_call():
     """The module's rule: blocking calls of one size class run the best built candidate until the

@@ -21,6 +21,8 @@ the one place that builds a Pattern and applies them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from . import cartesian, coloring, common_neighbor, direct, distance_halving, loggp_tree, native, node_aware
 from .base import Algorithm
 
@@ -102,6 +104,12 @@ def builds_locally(name: str, options: dict) -> bool:
     """Whether :func:`build_pattern` builds ``name``'s Pattern with ``options`` without
     communicating (the algorithm builds locally and no transformation runs a protocol)."""
     return get(name).builds_locally and not options.get(coloring.OPTION, False)
+
+
+def without_protocol_transformations(options: Mapping) -> dict:
+    """``options`` less the transformations that run a protocol (``coloring``, which only orders
+    sends): with them, an algorithm that builds locally builds without communicating."""
+    return {name: value for name, value in options.items() if name != coloring.OPTION}
 
 
 def _option_value(text: str):

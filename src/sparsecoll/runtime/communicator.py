@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from functools import partial
 from operator import methodcaller
+from types import MappingProxyType
 
 import numpy
 from mpi4py import MPI
@@ -277,12 +278,16 @@ class CommRuntime:
     def before_decision(self, plan: Plan, collective: str, library_method):
         """What an auto plan's nonblocking calls of ``collective`` run before its dispatch exists
         (local: a nonblocking call cannot agree with the other ranks): ``library_method``, or
-        ``direct``'s call (whose first call agrees on nothing) where the library's nonblocking
-        call is known to fail here, which every rank knows alone
-        (:func:`~sparsecoll.model.choice.local_nonblocking_library_fault`)."""
+        ``direct``'s call where the library's nonblocking call is known to fail here, which every
+        rank knows alone (:func:`~sparsecoll.model.choice.local_nonblocking_library_fault`).
+        ``direct`` is built without a transformation that runs a protocol (``coloring``, which
+        orders sends and changes no data), so its first call agrees on nothing."""
         if local_nonblocking_library_fault(self.topology, library_name()) is None:
             return library_method
-        direct = self.call_plan(replace(plan.resolved("direct"), executor=execute.DEFAULT_EXECUTOR), collective)
+        options = MappingProxyType(algorithms.without_protocol_transformations(plan.options))
+        local = replace(plan.resolved("direct"), options=options, executor=execute.DEFAULT_EXECUTOR)
+        assert algorithms.builds_locally(local.algorithm, local.options)
+        direct = self.call_plan(local, collective)
         return partial(direct.runtime.nonblocking, direct)
 
     def library_allowed(self) -> bool:
