@@ -200,6 +200,47 @@ def test_verify_choice_agrees_on_every_rank():
         assert_same_on_every_rank(chosen)
 
 
+class LosingClock:
+    """A stand-in for auto's ``time``: each timed call of the online check takes 1 s when it runs
+    the choice (even calls) and 1 ms when it runs native (odd ones), so the choice loses."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def perf_counter(self) -> float:
+        self.reads += 1
+        call, ending = divmod(self.reads - 1, 2)
+        return float(call) + (0.0 if not ending else 1.0 if call % 2 == 0 else 0.001)
+
+
+def test_the_online_checks_verdict_outlives_a_new_decision(monkeypatch):
+    """verify_choice: where the check measures the choice slower than native, the class runs native,
+    and a later decision of the family's tables (made when a protocol candidate is built) keeps
+    it: measured outranks predicted. The verdict was lost there."""
+    from sparsecoll.pattern import family_of
+    from sparsecoll.runtime import auto
+    monkeypatch.setattr(auto, "time", LosingClock())
+    with two_ring() as raw:
+        base = BUILTIN.loads[0]
+        slow_library = Profile((Load(1.0, base.levels, base.sparsecoll_per_call, base.sparsecoll_per_step,
+                                     dict(base.native_per_call, blocking=1e-3), dict(base.combined_factor)),),
+                               source="a slow library call")
+        comm = sparsecoll.wrap(raw, profile=slow_library, verify_choice=True)
+        assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
+        before = comm.plan_stats("alltoall", block_bytes=8)["auto"]
+        assert before["predicted_winner"] != "native", before
+        for _ in range(2 * TRIALS):
+            assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
+        checked = comm.plan_stats("alltoall", block_bytes=8)["auto"]
+        assert checked["algorithm"] == "native" and "online check" in checked["reason"], checked
+        for dispatch in comm.runtime.auto_dispatches(comm._sc_plan, family_of("alltoall")):
+            dispatch.decide()  # as a protocol candidate's build does, on every rank at the same call
+        again = comm.plan_stats("alltoall", block_bytes=8)["auto"]
+        assert again["algorithm"] == "native" and "online check" in again["reason"], again
+        assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
+        assert_same_on_every_rank(again["algorithm"])
+
+
 def test_auto_before_its_first_call_says_when_it_decides():
     with random_graph(1, 0.5) as raw:
         comm = sparsecoll.wrap(raw)

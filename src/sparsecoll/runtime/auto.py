@@ -42,7 +42,7 @@ What it decides changes the wire, so every decision comes from numbers all ranks
 * **Online check of blocking calls** (``verify_choice=True``): the first :data:`TRIALS` pairs
   of blocking calls of a class whose choice is not ``native`` alternate the choice and
   ``native``; each rank sums the two times, one allreduce takes the maxima, and the class
-  switches to ``native`` if the choice lost. Nonblocking calls are not checked (their time
+  switches to ``native`` for good if the choice lost. Nonblocking calls are not checked (their time
   ends in the user's ``Wait``).
 * **Trial of a persistent request** (``verify_choice=True`` too): a persistent request is made
   to be started many times, and its init is collective, so there the model's choice and
@@ -188,6 +188,9 @@ class AutoDispatch:
         self._calls: dict = {}  # algorithm -> CallPlan
         self._seen: dict = {}  # size class -> calls so far
         self._trials: dict = {}  # size class -> [calls, choice seconds, native seconds]
+        #: blocking size classes whose online check the choice lost (they run native from then on,
+        #: whatever the tables say at a later :meth:`decide`: measured outranks predicted)
+        self._checked_native: set = set()
         #: size class -> the trial of a persistent request of that class: {candidate, seconds, winner}
         self.persistent_trials: dict = {}
         self._library_only: set = set()  # forms every call sends straight to the library, for good
@@ -237,9 +240,11 @@ class AutoDispatch:
         self.table = model.decide(family.seconds, self.native_allowed)
         built = {name: s for name, s in family.seconds.items() if family.built(name)}
         self.fallback = model.decide(built, self.native_allowed)
-        persistent = FORMS.index("persistent")
+        persistent, blocking = FORMS.index("persistent"), FORMS.index("blocking")
         for size_class, trial in self.persistent_trials.items():  # measured outranks predicted
             self.table[persistent][size_class] = self.fallback[persistent][size_class] = trial["winner"]
+        for size_class in self._checked_native:  # the online check's verdicts too
+            self.table[blocking][size_class] = self.fallback[blocking][size_class] = model.NATIVE
         self._uniform = {}  # form -> the algorithm every call of it runs, when it is one for every size
         for f, form in enumerate(FORMS):
             row = self.table[f]
@@ -364,6 +369,11 @@ class AutoDispatch:
                     f"native {trial['native_seconds'] * 1e6:.2f} us (medians of the slowest rank's times): "
                     f"{trial['winner']} "
                     f"(a candidate needs at most {TRIAL_WIN} x native's time)")
+        if form == "blocking" and size_class in self._checked_native:
+            _, chosen_seconds, native_seconds = self._trials[size_class]
+            why = (f"the online check (verify_choice) measured the model's choice at {chosen_seconds * 1e6:.2f} us "
+                   f"and native at {native_seconds * 1e6:.2f} us over {TRIALS} calls each (the slowest rank's "
+                   f"sums): native runs this size from then on")
         return {"algorithm": runs, "trial": trial, "predicted_winner": winner, "form": form, "block_bytes": block_bytes,
                 "size_class": size_class, "pinned": self.pinned is not None, "predicted_seconds": predicted,
                 "estimated": sorted(n for n in predicted if n != model.NATIVE and not family.built(n)),
@@ -585,9 +595,9 @@ class AutoDispatch:
             self._comm_runtime.private.Allreduce(numpy.array(state[1:]), worst, op=MPI.MAX)
             state[1:] = worst.tolist()
             if worst[0] > worst[1]:
+                self._checked_native.add(size_class)
                 f = FORMS.index("blocking")
-                self.table[f][size_class] = model.NATIVE
-                self.fallback[f][size_class] = model.NATIVE
+                self.table[f][size_class] = self.fallback[f][size_class] = model.NATIVE
         return None
 
 
