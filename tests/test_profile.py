@@ -74,6 +74,10 @@ def test_one_combined_factor_stands_for_both_families(tmp_path):
     (lambda d: d["loads"][1].__setitem__("ranks_per_node", "eight"), "loads[1].ranks_per_node"),
     (lambda d: d.__setitem__("loads", []), "loads"),
     (lambda d: d.__setitem__("format", 99), "format"),
+    (lambda d: d.__setitem__("format", True), "format"),
+    (lambda d: d.__setitem__("host", 5), "host"),
+    (lambda d: d.__setitem__("source", ["x"]), "source"),
+    (lambda d: d.__setitem__("mpi_library", 5.0), "mpi_library"),
     (lambda d: d["loads"][0]["rma"].__setitem__("byte_factor", 0), "loads[0].rma.byte_factor"),
     (lambda d: d["loads"][0]["rma"].__setitem__("byte_factor", -2.0), "loads[0].rma.byte_factor"),
     (lambda d: d["loads"][0]["rma"].__setitem__("per_message", "cheap"), "loads[0].rma.per_message"),
@@ -108,6 +112,18 @@ def test_a_profile_of_another_library_is_refused(tmp_path):
         check_library(Profile.load(path), "MPICH 5.0")
     assert path in str(caught.value)
     assert check_library(Profile.load(path), "Open MPI 4.1").mpi_library == "Open MPI 5.0"  # versions may differ
+    data["mpi_library"] = "MPICH"  # a library named without its version is that library
+    assert check_library(Profile.load(write(tmp_path, data)), "MPICH 5.0").mpi_library == "MPICH"
+    with pytest.raises(ProfileError, match="'MPICH'"):
+        check_library(Profile.load(write(tmp_path, data)), "Open MPI 5.0")
+
+
+def test_a_parameter_file_given_as_a_profile_says_what_it_is(tmp_path):
+    from sparsecoll.model.params import hockney
+    path = write(tmp_path, hockney(2e-6, 1e-9, source="calibrate --model hockney").to_json())
+    with pytest.raises(ProfileError, match="parameter file") as caught:
+        Profile.load(path)
+    assert path in str(caught.value)
 
 
 def test_files_that_are_not_profiles(tmp_path):
@@ -124,6 +140,8 @@ def test_files_that_are_not_profiles(tmp_path):
     assert str(encoded) in str(caught.value)
     with pytest.raises(TypeError, match="profile"):
         resolve(42)
+    with pytest.raises(ProfileError, match="profile: an empty path"):
+        resolve("")
 
 
 def test_resolution_order(tmp_path, monkeypatch):

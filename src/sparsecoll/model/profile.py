@@ -49,6 +49,7 @@ import json
 import math
 import os
 import platform
+import re
 import tempfile
 import zlib
 from dataclasses import dataclass, field
@@ -182,16 +183,23 @@ class Profile:
         """Check and read a profile's dict; :class:`ProfileError` names ``path`` and the key."""
         reader = FileReader(path)
         data = reader.mapping(data, "")
-        if data.get("format") != FORMAT:
-            raise ProfileError(f"{path}: key 'format': expected {FORMAT}, got {data.get('format')!r}")
-        library = data.get("mpi_library")
-        if library is not None and not isinstance(library, str):
-            raise ProfileError(f"{path}: key 'mpi_library': expected a string or null, got {library!r}")
+        if "loads" not in data and "model" in data and "classes" in data:
+            raise ProfileError(f"{path}: is a parameter file of the simulator's models (sparsecoll simulate "
+                               f"--params), not a profile for auto; write one with `sparsecoll calibrate` "
+                               f"without --model")
+        fmt = data.get("format")
+        if isinstance(fmt, bool) or fmt != FORMAT:
+            raise ProfileError(f"{path}: key 'format': expected {FORMAT}, got {fmt!r}")
+        for key in ("mpi_library", "host"):
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise ProfileError(f"{path}: key {key!r}: expected a string or null, got {data[key]!r}")
+        if not isinstance(data.get("source", ""), str):
+            raise ProfileError(f"{path}: key 'source': expected a string, got {data['source']!r}")
         loads = reader.field(data, "loads", "")
         if not isinstance(loads, list) or not loads:
             raise ProfileError(f"{path}: key 'loads': expected a non-empty list")
         return cls(tuple(reader.load(entry, f"loads[{i}]") for i, entry in enumerate(loads)),
-                   library, data.get("host"), str(data.get("source", "")), path)
+                   data.get("mpi_library"), data.get("host"), data.get("source", ""), path)
 
     @classmethod
     def load(cls, path) -> Profile:
@@ -367,10 +375,17 @@ def default_path(host: str | None = None, library: str | None = None) -> str:
 def check_library(profile: Profile, library: str | None = None) -> Profile:
     """Raise :class:`ProfileError` if ``profile`` was measured with another MPI library."""
     library = library or library_name()
-    if profile.mpi_library is not None and profile.mpi_library.split()[0:-1] != library.split()[0:-1]:
+    if profile.mpi_library is not None and vendor(profile.mpi_library) != vendor(library):
         raise ProfileError(f"{profile.path or '<profile>'}: key 'mpi_library': the profile was measured with "
                            f"{profile.mpi_library!r}, this process runs {library!r}")
     return profile
+
+
+def vendor(library: str) -> str:
+    """``library`` (as :func:`library_name` writes it) without its version: a profile of another
+    version of the same library is used (its parameters are this machine's)."""
+    words = library.split()
+    return " ".join(words[:-1] if words and re.fullmatch(r"\d+(\.\d+)*", words[-1]) else words)
 
 
 def resolve(profile=None) -> Profile:
@@ -383,6 +398,8 @@ def resolve(profile=None) -> Profile:
     if profile is not None:
         if not isinstance(profile, (str, os.PathLike)):
             raise TypeError(f"profile: expected a path or a Profile, got {type(profile).__name__}")
+        if not os.fspath(profile):
+            raise ProfileError("profile: an empty path (give a profile file, or 'builtin')")
         return check_library(Profile.load(profile))
     named = os.environ.get(ENVIRONMENT)
     if named:
