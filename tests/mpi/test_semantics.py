@@ -394,7 +394,7 @@ def test_requests_complete_normally_after_free(case):
     if when == "inactive":
         request.Start()
     request.Wait()
-    request.Free()
+    request.free()  # a completed nonblocking request is freed already (``Free`` would raise ERR_REQUEST)
     assert received.tolist() == expected.tolist()
     assert runtime.private == MPI.COMM_NULL  # released once the request was done
     graph.Free()
@@ -836,6 +836,39 @@ def test_a_completed_or_inactive_request_gives_the_empty_status(ring, algorithm)
     persistent.Wait()
     persistent.free()
     assert persistent == MPI.REQUEST_NULL
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm", ["direct", "cartesian"])
+def test_a_freed_request_refuses_what_mpi4pys_refuses(ring, algorithm):
+    """A freed request (a completed nonblocking one too) is MPI's null request: ``Free``,
+    ``Start`` and ``Cancel`` raise ``MPI.Exception`` with ``ERR_REQUEST``, as mpi4py's requests
+    do (sparsecoll's freed twice silently and raised RuntimeError); the lowercase ``free`` does
+    nothing, ``Wait`` and ``Test`` return at once; a request is neither copied nor pickled
+    (mpi4py's ValueError: a copy would share the MPI requests)."""
+    import copy
+    import pickle
+    wrapped = sparsecoll.cart_neighborhood_create(WORLD, [WORLD.Get_size()], [True], [(1,), (-1,)],
+                                                  algorithm=algorithm) if algorithm != "direct" else \
+        sparsecoll.wrap(ring, algorithm)
+    send, recv = numpy.array([WORLD.Get_rank()], "i4"), numpy.full(2, -1, "i4")
+    persistent = wrapped.Neighbor_allgather_init(send, recv)
+    for duplicate in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(ValueError, match="cannot serialize"):
+            duplicate(persistent)
+    persistent.Start()
+    with pytest.raises(RuntimeError, match="active request"):
+        persistent.Start()
+    persistent.Free()  # completes it first
+    nonblocking = wrapped.Ineighbor_allgather(send, recv)
+    nonblocking.Wait()
+    for request in (persistent, nonblocking):
+        for refused in (request.Free, request.Start, request.Cancel):
+            with pytest.raises(MPI.Exception) as caught:
+                refused()
+            assert caught.value.Get_error_class() == MPI.ERR_REQUEST
+        request.free()
+        assert request.Wait() and request.Test() and request == MPI.REQUEST_NULL
 
 
 @pytest.mark.timeout(60)

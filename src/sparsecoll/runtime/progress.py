@@ -319,8 +319,10 @@ class ScheduleRequest:
     # -- the user's side ----------------------------------------------------------------
     def Start(self) -> None:
         """Start (or restart) the collective; new buffer contents are picked up."""
+        if self._state == FREED:
+            raise _freed()
         if self._state != INACTIVE:
-            raise RuntimeError("request: Start() on an active or freed request")
+            raise RuntimeError("request: Start() on an active request (complete it with Wait or Test first)")
         self._state = ACTIVE
         self._error = None
         single = self._single
@@ -408,7 +410,11 @@ class ScheduleRequest:
         self._program = self._single = self._keep = self._on_complete = self._on_free = None
 
     def Free(self) -> None:
-        """Release the request; an active one is completed first (as MPI_Request_free lets it finish)."""
+        """Release the request; an active one is completed first (as MPI_Request_free lets it finish).
+        A freed request (a completed nonblocking one too) is ``MPI.REQUEST_NULL``'s equal: freeing
+        it raises MPI's ``ERR_REQUEST``, as mpi4py's ``Free`` does."""
+        if self._state == FREED:
+            raise _freed()
         if self._state == ACTIVE:
             self.Wait()
         self._release()
@@ -430,6 +436,8 @@ class ScheduleRequest:
 
     def Cancel(self) -> None:
         """Refused: the MPI standard makes cancelling a collective's request erroneous."""
+        if self._state == FREED:
+            raise _freed()
         raise RuntimeError("request: a collective operation cannot be cancelled (MPI makes MPI_Cancel of a "
                            "collective request erroneous); complete it with Wait or Test")
 
@@ -442,8 +450,9 @@ class ScheduleRequest:
         self.Cancel()
 
     def free(self) -> None:
-        """``Free``, as mpi4py's lowercase method."""
-        self.Free()
+        """``Free``, as mpi4py's lowercase method (which does nothing on a freed request)."""
+        if self._state != FREED:
+            self.Free()
 
     def wait(self, status=None) -> None:
         """``Wait``, as mpi4py's lowercase method for a buffer request (which returns None)."""
@@ -464,6 +473,17 @@ class ScheduleRequest:
         return other is self
 
     __hash__ = object.__hash__
+
+    def __reduce__(self, *_):
+        """Refused, as mpi4py refuses to copy or pickle a request (a copy would share its MPI requests)."""
+        raise ValueError(f"cannot serialize {type(self).__name__!r} instance")
+
+    __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__
+
+
+def _freed() -> MPI.Exception:
+    """MPI's error for a call on a freed request (mpi4py's request is then ``REQUEST_NULL``)."""
+    return MPI.Exception(MPI.ERR_REQUEST)
 
 
 def _check_status(status) -> None:
