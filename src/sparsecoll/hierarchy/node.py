@@ -78,8 +78,7 @@ class NodeLayout:
             node_comm = comm.Split(rank // per_node, rank)
             node_of = tuple(r // per_node for r in range(size))
         else:
-            node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-            lowest = node_comm.allreduce(rank, op=MPI.MIN)
+            node_comm, lowest = placement_module.split_nodes(comm)
             lowest_of = MPI.Intracomm.allgather(comm, lowest)  # the library's, on a wrapper too
             order = {low: index for index, low in enumerate(sorted(set(lowest_of)))}
             node_of = tuple(order[low] for low in lowest_of)

@@ -189,11 +189,9 @@ def node_cores(comm) -> int:
     one core, which is not the node's. A communicator that cannot be split (the simulator's
     virtual ranks) counts this process's own affinity."""
     mine = sorted(process_cpus())
-    split = getattr(comm, "Split_type", None)
-    if split is None:
+    if getattr(comm, "Split_type", None) is None:
         return len(mine)
-    from mpi4py import MPI
-    node_comm = split(MPI.COMM_TYPE_SHARED)
+    node_comm, _ = split_nodes(comm)
     try:
         together = node_comm.allgather(mine)
     finally:
@@ -225,18 +223,23 @@ def from_keys(keys) -> PlacementInfo:
     return PlacementInfo(Placement(L, S), source, contiguous, tuple(order[node] for node, _ in keys))
 
 
+def split_nodes(comm) -> tuple:
+    """This rank's node: the ranks of ``comm`` that share its memory, as a communicator
+    (``Split_type(COMM_TYPE_SHARED)``, ranks in ``comm``'s order), and the node's lowest rank of
+    ``comm``, the name of the node every rank on it agrees on (collective over ``comm``). Nodes
+    numbered in the order of these names are numbered in the order of their first ranks."""
+    from mpi4py import MPI
+    node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    return node_comm, MPI.Intracomm.bcast(node_comm, comm.Get_rank(), root=0)  # the library's, on a wrapper too
+
+
 def detect(comm) -> PlacementInfo:
     """Detect the placement of ``comm``'s ranks (collective; see the module docstring)."""
-    split = getattr(comm, "Split_type", None)
-    if split is None:
+    if getattr(comm, "Split_type", None) is None:
         return PlacementInfo(Placement(comm.Get_size(), 1),
                              "none: the communicator reports no placement (one socket)")
-    from mpi4py import MPI
-    node_comm = split(MPI.COMM_TYPE_SHARED)
-    try:
-        node = node_comm.bcast(comm.Get_rank(), root=0)
-    finally:
-        node_comm.Free()
+    node_comm, node = split_nodes(comm)
+    node_comm.Free()
     packages = cpu_packages()
     socket = next(iter(packages)) if len(packages) == 1 else None
     return from_keys(comm.allgather((node, socket)))
