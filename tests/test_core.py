@@ -415,3 +415,26 @@ def test_plan_stats_names_a_bad_form_or_block_size(algorithm):
             comm.plan_stats("allgather", block_bytes="8")
     finally:
         graph.Free()
+
+
+def test_the_wrapper_classes_keep_every_mpi4py_name_they_redefine_of_the_same_kind():
+    """``wrap(comm)`` must be a one-line switch: a name sparsecoll's communicator classes define
+    that mpi4py's class also has is the same kind of thing (a method for a method). The wrappers'
+    ``topology`` was sparsecoll's Topology where mpi4py's is the topology type (``MPI.CART``...),
+    so code branching on it took another branch silently."""
+    import inspect
+
+    import sparsecoll.comm as wrappers
+    classes = {cls for cls in vars(wrappers).values()
+               if inspect.isclass(cls) and issubclass(cls, MPI.Comm) and cls.__module__.startswith("sparsecoll.")}
+    assert len(classes) >= 5  # Cartcomm, Graphcomm, Distgraphcomm, Intracomm, cart_neighborhood_create's
+    for cls in classes:
+        library = next(base for base in cls.__mro__ if base.__module__.startswith("mpi4py"))
+        for base in cls.__mro__:
+            if not base.__module__.startswith("sparsecoll."):
+                continue
+            for name, ours in vars(base).items():
+                if name.startswith("__") or not hasattr(library, name):
+                    continue
+                theirs = inspect.getattr_static(library, name)
+                assert callable(ours) and callable(theirs), (cls.__name__, name)

@@ -32,11 +32,11 @@ for text in args.topology or WORKLOADS:
     for degree in degrees:
         options = None if degree is None else {"rtr_tree": degree}
         comm = sparsecoll.wrap(workload.comm, "direct", executor="rma", executor_options=options)
-        send = numpy.zeros(comm.topology.outdegree)
-        recv = numpy.zeros(comm.topology.indegree)
+        send = numpy.zeros(comm.neighborhood.outdegree)
+        recv = numpy.zeros(comm.neighborhood.indegree)
         comm.Neighbor_alltoall(send, recv)
         stats = comm.plan_stats("alltoall")
-        receivers = len(set(comm.topology.destinations) - {world.Get_rank(), MPI.PROC_NULL})
+        receivers = len(set(comm.neighborhood.destinations) - {world.Get_rank(), MPI.PROC_NULL})
         rows = numpy.array(world.gather((receivers, stats["rtr_received_as_sender"], stats["rtr_received"],
                                          stats["rtr_sent"], stats["rtr_tree_depth"])) or [[0] * 5])
         if world.Get_rank() == 0:

@@ -52,7 +52,7 @@ def run_case(world, spec: str, algorithm: str, family: str, options: dict) -> tu
         pattern = comm.pattern(family)
         build = world.allreduce(MPI.Wtime() - start, op=MPI.MAX)
         direct = sparsecoll.wrap(raw, "direct").pattern(family)
-        gathered = world.gather((pattern, comm.topology, stats(direct)["sends"]), root=0)
+        gathered = world.gather((pattern, comm.neighborhood, stats(direct)["sends"]), root=0)
         outcome = "ok"
         if world.Get_rank() == 0:
             try:

@@ -30,7 +30,7 @@ from .buffers import buffer_object, parse_simple
 from .checks import is_integer, positive_integer
 from .execute import DEFAULT_EXECUTOR
 from .hierarchy import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name, objects
-from .hierarchy.handles import hierarchy_of, options_key
+from .hierarchy.handles import hierarchies, hierarchy_of, options_key
 from .hierarchy.offsets import exclusive_sum
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .model.profile import BUILTIN, ProfileError
@@ -81,6 +81,19 @@ class GlobalCollectivesMixin:
             raise RuntimeError("hierarchy_stats(): no node structure on this communicator yet; "
                                "call a global collective (e.g. Allreduce) on every rank first")
         return hierarchy.stats()
+
+    def Set_errhandler(self, errhandler: MPI.Errhandler) -> None:
+        """Set the communicator's error handler, and that of the communicators sparsecoll made
+        for its handle (their MPI errors are this communicator's: ``ERRORS_ARE_FATAL`` aborts, a
+        user's handler is called, as for the library's own collectives). Local."""
+        super().Set_errhandler(errhandler)
+        runtime = existing_runtime(self)
+        hidden = [runtime.private] if runtime is not None else []
+        for hierarchy in hierarchies(self):
+            hidden += hierarchy.communicators()
+        for comm in hidden:
+            if comm != MPI.COMM_NULL:
+                comm.Set_errhandler(errhandler)
 
     def _sc_hier(self) -> Hierarchy | None:
         """The node structure (made collectively on first use); None for the library's collectives."""
@@ -271,8 +284,9 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         return self._sc_attach()
 
     @property
-    def topology(self) -> Topology:
-        """This rank's Topology as sparsecoll sees it (local)."""
+    def neighborhood(self) -> Topology:
+        """This rank's neighborhood as sparsecoll sees it, a :class:`~sparsecoll.topology.Topology`
+        (local). (``topology`` stays mpi4py's: the topology type, ``MPI.CART`` and so on.)"""
         runtime = self._sc_runtime
         if runtime is not None:
             return runtime.topology
@@ -419,7 +433,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         usable only once its request completes: the first collective call makes it then).
         """
         plan = self._sc_plan
-        new.__dict__.update(_sc_plan=plan, _sc_topology=self.topology,
+        new.__dict__.update(_sc_plan=plan, _sc_topology=self.neighborhood,
                             _sc_hierarchy_options=self._sc_hierarchy_options,
                             _sc_global_native=self._sc_global_native)  # (the reason is the class's)
         new._sc_bind_library_globals()
@@ -571,7 +585,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         (over ``MPI.BOTTOM`` with the absolute address the temporary array of a nonblocking call
         was freed before the library read it); over ``MPI.BOTTOM`` where the user gave that."""
         send = parse_simple(sendbuf, 1, readonly=True, arg="sendbuf")
-        outdegree = self.topology.outdegree
+        outdegree = self.neighborhood.outdegree
         address, count, datatype = send.piece(0)
         if send.address == 0:  # the user's MPI.BOTTOM (absolute addresses): the user holds the memory
             return [MPI.BOTTOM, [count] * outdegree, [address] * outdegree, [datatype] * outdegree], recvbuf
@@ -707,13 +721,13 @@ class CartNeighborhoodComm(Distgraphcomm):
     @property
     def grid(self) -> Grid:
         """The process grid (dimension sizes and periodicity)."""
-        return grid_of(self.topology)
+        return grid_of(self.neighborhood)
 
     @property
     def offsets(self) -> tuple:
         """The offsets ``N[0..t-1]`` every rank shares: as given to :func:`cart_neighborhood_create`,
         or canonical and sorted when detected by :func:`sparsecoll.wrap` with ``grid=``."""
-        return self.topology.offsets
+        return self.neighborhood.offsets
 
     def relative_rank(self, offset) -> int:
         """Rank of the process at ``R + offset`` (``PROC_NULL`` off a non-periodic mesh)."""
@@ -738,7 +752,7 @@ class CartNeighborhoodComm(Distgraphcomm):
 
     def neighbor_get(self) -> tuple:
         """``(sources, sourceweights, dests, destweights)`` in offset order (weights None if unweighted)."""
-        topology = self.topology
+        topology = self.neighborhood
         return (list(topology.sources), _listed(topology.source_weights),
                 list(topology.destinations), _listed(topology.dest_weights))
 
@@ -939,6 +953,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
         unusable_profile = error
     if isinstance(comm, NeighborhoodMixin):
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
+    else:
+        wrapper_class = keeping_subclass(wrapper_class, comm)
     runtime = existing_runtime(comm)
     if runtime is None:
         runtime = runtime_of(comm, topology if topology is not None else getattr(comm, "_sc_topology", None),
@@ -974,6 +990,28 @@ def _check_hierarchy_options(options: dict) -> None:
         raise ValueError(f"reduce: expected one of {REDUCE_MODES}, got {options['reduce']!r}")
 
 
+_SUBCLASS_WRAPPERS: dict = {}  # (sparsecoll's class, the user's subclass) -> the class combining them
+
+
+def keeping_subclass(wrapper_class: type, comm) -> type:
+    """``wrapper_class``, or where ``comm`` is of a subclass of mpi4py's class of its kind (a
+    program's own, ``mpi4py.util.pkl5``'s), a class deriving from both, so the wrapper keeps that
+    class's methods and ``isinstance``. The subclass comes first: a method it defines is its own
+    (``pkl5``'s pickle-based collectives stay ``pkl5``'s), and mpi4py's ``__new__`` accepts only
+    that order (it must find mpi4py's class of the kind, not sparsecoll's, as the first base's
+    base). Local."""
+    user_class = type(comm)
+    if user_class.__module__.startswith("mpi4py.MPI") or issubclass(user_class, wrapper_class):
+        return wrapper_class
+    combined = _SUBCLASS_WRAPPERS.get((wrapper_class, user_class))
+    if combined is None:
+        combined = _SUBCLASS_WRAPPERS[(wrapper_class, user_class)] = type(
+            user_class.__name__, (user_class, wrapper_class),
+            {"__module__": wrapper_class.__module__,
+             "__doc__": f"{wrapper_class.__doc__} On {user_class.__qualname__}."})
+    return combined
+
+
 def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarchy_options: dict) -> Intracomm:
     """:func:`wrap` for a plain intracommunicator: collective (it makes the node structure)."""
     if comm == MPI.COMM_NULL:
@@ -986,7 +1024,7 @@ def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarch
     if levels.key_differs(MPI.Intracomm(comm), (algorithm, options_key(hierarchy_options))):  # the library's call
         raise ValueError("algorithm: the ranks gave wrap different algorithms or options; they decide every "
                          "global collective's messages, so every rank must give the same")
-    wrapped = Intracomm(comm)
+    wrapped = keeping_subclass(Intracomm, comm)(comm)
     wrapped.__dict__.update(_sc_hierarchy_options=hierarchy_options, _sc_global_native=algorithm == "native",
                             _sc_requested=algorithm)
     hierarchy = wrapped._sc_hier()

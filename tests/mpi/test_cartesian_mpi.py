@@ -74,7 +74,7 @@ def test_conformance_on_cartesian_neighborhoods(name):
     raw = MPI.Distgraphcomm(comm)  # the plain mpi4py view: native calls go to MPI
     try:
         assert {"cartesian", "cartesian_trivial"} <= set(sparsecoll.algorithms())
-        assert comm.topology.offsets is not None
+        assert comm.neighborhood.offsets is not None
         _agree(check_topology(raw, only=CARTESIAN_ALGORITHMS))
     finally:
         comm.Free()
@@ -119,9 +119,9 @@ def test_detection_of_isomorphic_dist_graph(periods):
     try:
         comm = sparsecoll.wrap(graph, "auto", grid=cart)
         assert isinstance(comm, sparsecoll.CartNeighborhoodComm)
-        assert comm.topology.offsets is not None
-        send = numpy.arange(comm.topology.outdegree, dtype="f8")
-        comm.Neighbor_alltoall(send, numpy.zeros(comm.topology.indegree))
+        assert comm.neighborhood.offsets is not None
+        send = numpy.arange(comm.neighborhood.outdegree, dtype="f8")
+        comm.Neighbor_alltoall(send, numpy.zeros(comm.neighborhood.indegree))
         assert "cartesian" in comm.plan_stats("alltoall")["auto"]["predicted_seconds"]
         _agree(check_topology(MPI.Distgraphcomm(graph), only=CARTESIAN_ALGORITHMS))
     finally:
@@ -137,9 +137,9 @@ def test_every_algorithm_takes_grid_and_detects_on_the_handle(algorithm):
     cart, graph = _stencil_graph(dims, [True, True], stencil(2, 3), seed=5)
     try:
         comm = sparsecoll.wrap(graph, algorithm, grid=cart)
-        assert isinstance(comm, sparsecoll.CartNeighborhoodComm) and comm.topology.offsets is not None
-        send = numpy.arange(comm.topology.outdegree, dtype="f8") + 100 * WORLD.Get_rank()
-        got, expected = numpy.zeros(comm.topology.indegree), numpy.zeros(comm.topology.indegree)
+        assert isinstance(comm, sparsecoll.CartNeighborhoodComm) and comm.neighborhood.offsets is not None
+        send = numpy.arange(comm.neighborhood.outdegree, dtype="f8") + 100 * WORLD.Get_rank()
+        got, expected = numpy.zeros(comm.neighborhood.indegree), numpy.zeros(comm.neighborhood.indegree)
         comm.Neighbor_alltoall(send, got)
         MPI.Distgraphcomm(graph).Neighbor_alltoall(send, expected)
         assert numpy.array_equal(got, expected)
@@ -158,11 +158,11 @@ def test_detection_rejects_other_graphs():
     try:
         comm = sparsecoll.wrap(graph, "auto", grid=([p], [True]))
         if p > 1:
-            assert comm.topology.offsets is None
-            assert "not translations" in comm.topology.extra["cartesian"]
+            assert comm.neighborhood.offsets is None
+            assert "not translations" in comm.neighborhood.extra["cartesian"]
             with pytest.raises(ValueError, match="algorithm: 'cartesian' cannot run here: .*not translations"):
                 sparsecoll.wrap(graph, "cartesian")  # at wrap, before any call
-            topology = comm.topology
+            topology = comm.neighborhood
             comm.Neighbor_alltoall(numpy.zeros(topology.outdegree, "i4"), numpy.zeros(topology.indegree, "i4"))
             assert "cartesian" not in comm.plan_stats("alltoall")["auto"]["predicted_seconds"]
     finally:
@@ -281,8 +281,8 @@ def test_detection_refuses_mpi_cartesian_communicators():
     cart = WORLD.Create_cart([WORLD.Get_size()], [True])
     try:
         comm = sparsecoll.wrap(cart, "auto", grid=cart)
-        assert comm.topology.offsets is None
-        assert "cart_neighborhood_create" in comm.topology.extra["cartesian"]
+        assert comm.neighborhood.offsets is None
+        assert "cart_neighborhood_create" in comm.neighborhood.extra["cartesian"]
     finally:
         cart.Free()
 
@@ -301,8 +301,8 @@ def test_a_profile_that_favours_few_messages_makes_auto_combine():
     comm = _create("9pt_2d_torus")
     try:
         auto = sparsecoll.wrap(comm, "auto", profile=costly_messages, theta=64)  # no common-neighbor friends
-        send = numpy.arange(auto.topology.outdegree, dtype="f8")
-        recv = numpy.zeros(auto.topology.indegree)
+        send = numpy.arange(auto.neighborhood.outdegree, dtype="f8")
+        recv = numpy.zeros(auto.neighborhood.indegree)
         auto.Neighbor_alltoall(send, recv)
         expected = numpy.zeros_like(recv)
         MPI.Distgraphcomm(comm).Neighbor_alltoall(send, expected)

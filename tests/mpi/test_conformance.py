@@ -216,7 +216,7 @@ def check_topology(raw, only=None, rma_executors=(), rtr_tree=None) -> list:
     RTR trees of degree ``rtr_tree`` (None: none).
     """
     failures = []
-    topology = sparsecoll.wrap(raw, "direct").topology
+    topology = sparsecoll.wrap(raw, "direct").neighborhood
     native_broken = _native_broken_for_graph(raw)
     wrapped = [w for w in wrapped_algorithms(raw, topology, rma_executors, rtr_tree)
                if not (native_broken and w[1] == "native") and (only is None or w[1] in only)]

@@ -46,7 +46,7 @@ def moore():
 def _blocks(comm, per_block: int, salt: int, canary_tail: bool):
     """A send array of one float64 block per out-edge, rank- and salt-unique values; with
     ``canary_tail`` the last element of every block has the canary's bits."""
-    outdegree = comm.topology.outdegree
+    outdegree = comm.neighborhood.outdegree
     send = numpy.array([RANK * 1000 + k + salt * 0.5 for k in range(outdegree * per_block)], dtype=numpy.float64)
     if canary_tail and per_block:
         send[per_block - 1::per_block] = CANARY_DOUBLE
@@ -54,7 +54,7 @@ def _blocks(comm, per_block: int, salt: int, canary_tail: bool):
 
 
 def _library_alltoall(comm, send, per_block: int):
-    recv = numpy.full(comm.topology.indegree * per_block, -1.0)
+    recv = numpy.full(comm.neighborhood.indegree * per_block, -1.0)
     plain = type(comm).__mro__[[c.__module__ for c in type(comm).__mro__].index("mpi4py.MPI")]
     plain(comm).Neighbor_alltoall(send, recv)
     return recv
@@ -63,7 +63,7 @@ def _library_alltoall(comm, send, per_block: int):
 def _alltoall_matches_library(comm, per_block: int) -> bool:
     """One blocking alltoall of :func:`_blocks` through ``comm``, compared with the library's."""
     send = _blocks(comm, per_block, 0, False)
-    recv = numpy.full(comm.topology.indegree * per_block, -1.0)
+    recv = numpy.full(comm.neighborhood.indegree * per_block, -1.0)
     comm.Neighbor_alltoall(send, recv)
     return recv.tobytes() == _library_alltoall(comm, send, per_block).tobytes()
 
@@ -85,7 +85,7 @@ def test_canary_collision_and_zero_size_blocks(moore, algorithm, per_block):
         send = _blocks(comm, per_block, salt, canary_tail)
         expected = _library_alltoall(comm, send, per_block)
         for form in ("blocking", "nonblocking", "persistent"):
-            recv = numpy.full(comm.topology.indegree * per_block, -1.0)
+            recv = numpy.full(comm.neighborhood.indegree * per_block, -1.0)
             if form == "blocking":
                 comm.Neighbor_alltoall(send, recv)
             elif form == "nonblocking":
@@ -197,17 +197,17 @@ def test_a_run_that_raises_gives_up_its_turn(ring, monkeypatch):
     window runs instead of waiting forever behind it."""
     comm = sparsecoll.wrap(ring, "direct", executor="rma_canary")
     send = _blocks(comm, 2, 0, False)
-    recv = numpy.full(comm.topology.indegree * 2, -1.0)
+    recv = numpy.full(comm.neighborhood.indegree * 2, -1.0)
     comm.Neighbor_alltoall(send, recv)  # the window exists
 
     def refuse(run, step):
         raise MPI.Exception(MPI.ERR_RMA_SYNC)
     monkeypatch.setattr(rma.RmaRun, "_put", refuse)
     with pytest.raises(MPI.Exception):
-        comm.Neighbor_alltoall(send, numpy.full(comm.topology.indegree * 2, -1.0))
+        comm.Neighbor_alltoall(send, numpy.full(comm.neighborhood.indegree * 2, -1.0))
     monkeypatch.undo()
     WORLD.Barrier()
-    again = numpy.full(comm.topology.indegree * 2, -1.0)
+    again = numpy.full(comm.neighborhood.indegree * 2, -1.0)
     comm.Neighbor_alltoall(_blocks(comm, 2, 1, False), again)
     assert again.tobytes() == _library_alltoall(comm, _blocks(comm, 2, 1, False), 2).tobytes()
 
@@ -220,7 +220,7 @@ def test_restarts_and_two_requests_over_one_receive_buffer(moore, executor):
     comm = sparsecoll.wrap(moore, "cartesian", executor=executor)
     per_block = 2
     send_a, send_b = _blocks(comm, per_block, 0, False), _blocks(comm, per_block, 1, False)
-    recv = numpy.full(comm.topology.indegree * per_block, -1.0)
+    recv = numpy.full(comm.neighborhood.indegree * per_block, -1.0)
     first = comm.Neighbor_alltoall_init(send_a, recv)
     second = comm.Neighbor_alltoall_init(send_b, recv)
     failures = []
@@ -248,7 +248,7 @@ def test_persistent_requests_started_in_different_orders_on_different_ranks(moor
     comm = sparsecoll.wrap(moore, "cartesian", executor=executor)
     per_block = 2
     send_a, send_b = _blocks(comm, per_block, 0, False), _blocks(comm, per_block, 1, True)
-    recv_a, recv_b = (numpy.full(comm.topology.indegree * per_block, -1.0) for _ in range(2))
+    recv_a, recv_b = (numpy.full(comm.neighborhood.indegree * per_block, -1.0) for _ in range(2))
     first_made, second_made = comm.Neighbor_alltoall_init(send_a, recv_a), comm.Neighbor_alltoall_init(send_b, recv_b)
     order = (first_made, second_made) if RANK % 2 == 0 else (second_made, first_made)
     try:
@@ -274,7 +274,7 @@ def test_a_persistent_start_and_a_nonblocking_call_in_different_orders(ring, exe
     persistent run has its own window, so neither waits behind the other."""
     comm = sparsecoll.wrap(ring, "direct", executor=executor)
     send_p, send_n = _blocks(comm, 3, 2, False), _blocks(comm, 3, 3, False)
-    recv_p, recv_n = (numpy.full(comm.topology.indegree * 3, -1.0) for _ in range(2))
+    recv_p, recv_n = (numpy.full(comm.neighborhood.indegree * 3, -1.0) for _ in range(2))
     comm.Neighbor_alltoall(send_n, recv_n)  # the first call of a collective agrees on its plan
     persistent = comm.Neighbor_alltoall_init(send_p, recv_p)
     if RANK == 0:
@@ -298,7 +298,7 @@ def test_request_windows_are_freed_once_every_rank_freed_its_request(ring, execu
     comm = sparsecoll.wrap(ring, "direct", executor=executor)
     windows = comm.runtime.prepared_executor(executor).factory.requests
     send = _blocks(comm, 1, 4, False)
-    recv = numpy.full(comm.topology.indegree, -1.0)
+    recv = numpy.full(comm.neighborhood.indegree, -1.0)
     earlier, open_after_init, failures = None, [], []
     for _ in range(5):
         if earlier is not None and RANK == 0:
@@ -328,7 +328,7 @@ def test_requests_past_the_window_limit_run_on_the_step_executor(moore, executor
     comm = sparsecoll.wrap(moore, "cartesian", executor=executor)
     windows = comm.runtime.prepared_executor(executor).factory.requests
     sends = [_blocks(comm, 2, salt, False) for salt in range(4)]
-    recvs = [numpy.full(comm.topology.indegree * 2, -1.0) for _ in range(4)]
+    recvs = [numpy.full(comm.neighborhood.indegree * 2, -1.0) for _ in range(4)]
     requests = [comm.Neighbor_alltoall_init(send, recv) for send, recv in zip(sends, recvs)]
     try:
         assert len(windows.entries) == 2
@@ -356,7 +356,7 @@ def test_a_request_window_failing_on_one_rank_runs_that_request_on_the_step_exec
             raise MPI.Exception(MPI.ERR_WIN)
         monkeypatch.setattr(rma, "create_window", refuse)
     send = _blocks(comm, 2, 5, False)
-    recv = numpy.full(comm.topology.indegree * 2, -1.0)
+    recv = numpy.full(comm.neighborhood.indegree * 2, -1.0)
     request = comm.Neighbor_alltoall_init(send, recv)
     request.Start()
     request.Wait()
@@ -376,7 +376,7 @@ def test_start_and_test_never_wait_for_a_peer(ring, executor, form):
         pytest.skip("needs 2 ranks")
     comm = sparsecoll.wrap(ring, "direct", executor=executor)
     send = _blocks(comm, 4, 7, False)
-    recv = numpy.full(comm.topology.indegree * 4, -1.0)
+    recv = numpy.full(comm.neighborhood.indegree * 4, -1.0)
     comm.Neighbor_alltoall(send, recv)  # the first call of a collective agrees on its plan
     token = numpy.zeros(1 << 17)  # 1 MiB: the library's rendezvous, not an eager send
     request = comm.Neighbor_alltoall_init(send, recv) if form == "persistent" else None

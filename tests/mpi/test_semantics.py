@@ -7,11 +7,14 @@ Runs on every rank (launched by ``tests/test_mpi.py``).
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy
 import pytest
 from mpi4py import MPI
 
 import sparsecoll
+from sparsecoll.hierarchy.handles import hierarchies
 
 WORLD = MPI.COMM_WORLD
 
@@ -53,7 +56,7 @@ def test_rewrap_shares_state_and_switches_algorithm(ring):
     assert native.runtime is direct.runtime is again.runtime
     with pytest.raises(RuntimeError, match="Neighbor_alltoall"):
         again.plan_stats("alltoall")  # auto decides at the first call
-    indegree, outdegree = again.topology.indegree, again.topology.outdegree
+    indegree, outdegree = again.neighborhood.indegree, again.neighborhood.outdegree
     again.Neighbor_alltoall(numpy.zeros(outdegree), numpy.zeros(indegree))
     stats = again.plan_stats("alltoall")
     assert stats["algorithm"] in stats["auto"]["predicted_seconds"]
@@ -745,7 +748,7 @@ def test_plan_stats_counts_the_messages_that_go_on_the_wire(executor, block, col
     cart = WORLD.Create_cart(MPI.Compute_dims(size, 2), periods=[True, True])
     comm = sparsecoll.wrap(cart, "direct", executor=executor)
     try:
-        degree = comm.topology.indegree
+        degree = comm.neighborhood.indegree
         count = block // 8 * (degree if collective == "alltoall" else 1)
         send, recv = numpy.ones(count), numpy.zeros(block // 8 * degree)
         getattr(comm, f"Neighbor_{collective}")(send, recv)
@@ -836,6 +839,90 @@ def test_a_completed_or_inactive_request_gives_the_empty_status(ring, algorithm)
     persistent.Wait()
     persistent.free()
     assert persistent == MPI.REQUEST_NULL
+
+
+@pytest.mark.timeout(60)
+def test_the_communicators_error_handler_reaches_sparsecolls_own_calls():
+    """An error handler set on a wrapper after ``wrap`` is called for MPI errors inside sparsecoll's
+    calls, as for the library's own collective (they ran on sparsecoll's private communicator,
+    which kept the handler it had at ``wrap``). The program is erroneous on purpose: every rank
+    receives 2 doubles where its peer sends 4 (truncation, which MPI's point-to-point detects on
+    both libraries). After the handler returns, Open MPI raises and MPICH returns, as with
+    their own calls; the handler was called either way. The node structure's communicators get
+    the handler too."""
+    size, rank = WORLD.Get_size(), WORLD.Get_rank()
+    graph = WORLD.Create_dist_graph_adjacent([(rank - 1) % size], [(rank + 1) % size])
+    comm = sparsecoll.wrap(graph, "direct")
+    intracomm = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2)  # a node structure (made at wrap)
+    calls = []
+    handler = MPI.Comm.Create_errhandler(lambda _, code: calls.append(code))
+    try:
+        comm.Set_errhandler(handler)
+        intracomm.Set_errhandler(handler)
+        with contextlib.suppress(MPI.Exception):
+            comm.Neighbor_alltoallv([numpy.arange(4.0), [4], [0], MPI.DOUBLE],
+                                    [numpy.zeros(4), [2], [0], MPI.DOUBLE])
+        assert calls and all(MPI.Get_error_class(code) == MPI.ERR_TRUNCATE for code in calls)
+        hidden = [comm.runtime.private] + [c for h in hierarchies(intracomm) for c in h.communicators()]
+        assert len(hidden) >= 2 and all(c.Get_errhandler() == handler for c in hidden)
+    finally:
+        for wrapped in (comm, intracomm):
+            wrapped.Set_errhandler(MPI.ERRORS_RETURN)
+            wrapped.Free()
+        handler.Free()
+
+
+class HaloCart(MPI.Cartcomm):
+    """A program's own communicator class."""
+
+    def halo_width(self) -> int:
+        return 1
+
+
+def test_a_wrapper_keeps_the_programs_communicator_subclass():
+    """``wrap`` of a subclass of mpi4py's classes keeps the subclass and its methods (it gave
+    sparsecoll's plain class: the program's methods were gone, ``pkl5``'s pickle-based ones
+    silently mpi4py's); sparsecoll's neighborhood collectives run, and ``Dup`` keeps both."""
+    from mpi4py.util import pkl5
+    size, rank = WORLD.Get_size(), WORLD.Get_rank()
+    cart = HaloCart(WORLD.Create_cart([size], periods=[True]))
+    comm = sparsecoll.wrap(cart, "direct")
+    copy = comm.Dup()
+    pickled = sparsecoll.wrap(pkl5.Intracomm(WORLD.Dup()))
+    try:
+        for wrapped in (comm, copy):
+            assert isinstance(wrapped, HaloCart) and isinstance(wrapped, sparsecoll.comm.Cartcomm)
+            assert wrapped.halo_width() == 1 and wrapped.algorithm == "direct"
+            received = numpy.full(2, -1.0)
+            wrapped.Neighbor_allgather(numpy.array([float(rank)]), received)
+            assert received.tolist() == [float((rank - 1) % size), float((rank + 1) % size)]
+            assert wrapped.plan_stats("allgather")["algorithm"] == "direct"
+        assert isinstance(pickled, pkl5.Intracomm) and type(pickled).bcast is pkl5.Intracomm.bcast
+        assert pickled.bcast("from 0" if rank == 0 else None) == "from 0"
+        assert pickled.allreduce(1) == size
+    finally:
+        copy.Free()
+        comm.Free()
+        pickled.Free()
+
+
+def test_a_wrapper_answers_mpi4pys_topology_queries_as_the_library_does():
+    """``topology`` is mpi4py's topology type on a wrapper too (sparsecoll's view is
+    ``neighborhood``), as are the degrees and edges of mpi4py's other properties."""
+    size, rank = WORLD.Get_size(), WORLD.Get_rank()
+    others = [(rank + 1) % size, (rank - 1) % size]
+    raws = [WORLD.Create_cart([size], periods=[True]), WORLD.Create_graph(
+        [2 * (r + 1) for r in range(size)], [peer for r in range(size) for peer in ((r + 1) % size, (r - 1) % size)]),
+        WORLD.Create_dist_graph_adjacent(others, others)]
+    try:
+        for raw in raws:
+            wrapped = sparsecoll.wrap(raw, "direct")
+            for name in ("topology", "degrees", "indegree", "outdegree", "inedges", "outedges", "is_topo"):
+                assert getattr(wrapped, name) == getattr(raw, name), name
+            assert wrapped.neighborhood.indegree == raw.indegree
+    finally:
+        for raw in raws:
+            raw.Free()
 
 
 @pytest.mark.timeout(60)

@@ -190,6 +190,12 @@ class Hierarchy:
         else:
             self.runs[name] = {"algorithm": HIERARCHICAL}
 
+    def communicators(self) -> list:
+        """The communicators this structure made (node, leader, the dynamic leaders' copy): what
+        the error handler of the communicator it serves must reach (local)."""
+        made = [self.layout.node_comm, self.layout.leader_comm] + ([self.dynamic.wire] if self.dynamic else [])
+        return [comm for comm in made if comm != MPI.COMM_NULL]
+
     def free(self) -> None:
         """Free the shared windows and the node and leader communicators (collective)."""
         if self.dynamic is not None:

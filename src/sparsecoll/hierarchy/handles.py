@@ -55,6 +55,14 @@ def _registry(comm) -> dict:
     return registry
 
 
+def hierarchies(comm) -> list:
+    """Every node structure made on ``comm``'s handle (local)."""
+    registry = comm.Get_attr(_KEYVAL)
+    if registry is None:
+        return []
+    return [hierarchy for hierarchy, _ in registry["shared"].values()] + list(registry["own"])
+
+
 def hierarchy_of(comm: MPI.Intracomm, options) -> Hierarchy:
     """The node structure of ``comm``'s handle for ``options`` (made, collectively, the first time).
 

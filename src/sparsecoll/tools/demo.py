@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
 
 def _case(comm, collective: str, count: int):
     """Send and receive buffers with rank-unique contents for one collective."""
-    topology = comm.topology
+    topology = comm.neighborhood
     r = comm.Get_rank()
     indeg, outdeg = topology.indegree, topology.outdegree
     if collective.startswith("allgather"):
@@ -36,7 +36,7 @@ def _case(comm, collective: str, count: int):
 
 def _specs(collective: str, send, recv, comm, count: int):
     from mpi4py import MPI
-    topology = comm.topology
+    topology = comm.neighborhood
     if collective in REGULAR:
         return send, recv
     if collective == "allgatherv":

@@ -150,7 +150,7 @@ def variants(texts, executors=(DEFAULT_EXECUTOR,)) -> list:
 
 def supported(workload: Workload, family: str) -> list:
     """Registered algorithms (native first) that run ``family`` on this workload, then ``auto``."""
-    topology = workload.comm.topology
+    topology = workload.comm.neighborhood
     names = ["native"] + [n for n in REGISTRY if n != "native" and not n.startswith("test_")]
     return [n for n in names if REGISTRY[n].unsupported_reason(topology, family) is None] + [AUTO]
 
@@ -164,7 +164,7 @@ def make_buffers(workload: Workload, collective: str, size: int) -> Buffers:
     """Rank-unique payloads laid out for ``collective`` with ``size`` bytes per block/unit, each
     buffer in a fresh mapping of its own (:func:`~sparsecoll.tools.fair_timing.fresh_buffer`:
     page-aligned, the same kind of memory for every column)."""
-    topology = workload.comm.topology
+    topology = workload.comm.neighborhood
     rank = topology.rank
     family = family_of(collective)
     send_items = [i for i in topology.send_items(family)]
@@ -243,7 +243,7 @@ def reference_result(workload: Workload, collective: str, size: int, algorithm: 
 def known_library_fault(world, workload: Workload) -> str | None:
     """Why the MPI library computes ``workload`` wrongly on some rank, the same on every rank
     (collective), or None (:func:`sparsecoll.model.choice.library_fault`)."""
-    mine = library_fault(workload.comm.topology, library_name())
+    mine = library_fault(workload.comm.neighborhood, library_name())
     reasons = [reason for reason in world.allgather(mine) if reason is not None]
     return reasons[0] if reasons else None
 
@@ -310,7 +310,7 @@ def plan_numbers(world, workload: Workload, comm, collective: str, size: int) ->
     """Deterministic numbers over all ranks: steps, messages and bytes sent per rank."""
     stats = comm.plan_stats(collective)
     pattern = comm.pattern(collective)
-    me = comm.topology.rank
+    me = comm.neighborhood.rank
     multiplier = (lambda item: 1) if collective in REGULAR else workload.units
     sent_bytes = sum(size * multiplier(item) for step in pattern.steps for m in step.sends if m.peer != me
                      for item in m.items)
