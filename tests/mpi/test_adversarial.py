@@ -633,6 +633,53 @@ def test_two_threads_per_rank_on_two_communicators(algorithm, how):
             comm.Free()
 
 
+@pytest.mark.timeout(120)
+def test_two_threads_per_rank_each_with_more_outstanding_calls_than_channels():
+    """As above, each thread with 70 outstanding multi-step ``Ineighbor_allgather`` calls (one
+    channel per 64), then ``sparsecoll.waitall``: the 65th call waited for the 1st one's
+    messages in MPI holding the process-wide lock, so the rank's other thread could not move
+    the call its peer's thread waited for (hung on both libraries; raw mpi4py completes)."""
+    from sparsecoll.runtime.channels import NONBLOCKING_CHANNELS
+    if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+        pytest.skip("needs MPI_THREAD_MULTIPLE")
+    comms = [MULTI_STEP["cartesian"]() for _ in range(2)]
+    errors = []
+    try:
+        with agreed_failures() as failures:
+            degree = len(neighborhood(comms[0]).sources)
+            for comm in comms:
+                comm.Neighbor_allgather(numpy.zeros(1), numpy.zeros(degree))  # the patterns
+
+            def worker(index):
+                comm = comms[index]
+                try:
+                    if (RANK % 2 == 0) != (index == 0):
+                        time.sleep(0.5)
+                    calls = []
+                    for k in range(NONBLOCKING_CHANNELS + 6):
+                        send = numpy.array([RANK * 1000 + k], dtype="i8")
+                        recv = numpy.full(degree, -1, dtype="i8")
+                        calls.append((send, recv, comm.Ineighbor_allgather(send, recv)))
+                    sparsecoll.waitall([request for _, _, request in calls])
+                    for send, recv, _ in calls:
+                        expected = numpy.full(degree, -1, dtype="i8")
+                        plain(comm).Neighbor_allgather(send, expected)
+                        if recv.tobytes() != expected.tobytes():
+                            errors.append(f"thread {index}: got {recv.tolist()} expected {expected.tolist()}")
+                except Exception as exc:  # noqa: BLE001
+                    errors.append(f"thread {index}: {describe(exc)}")
+
+            threads = [threading.Thread(target=worker, args=(index,)) for index in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            failures.extend(errors)
+    finally:
+        for comm in comms:
+            comm.Free()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("algorithm", sorted(MULTI_STEP))
 def test_wait_completes_while_a_peer_is_blocked_in_recv(algorithm):

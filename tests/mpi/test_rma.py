@@ -475,3 +475,25 @@ def test_staging_copies_never_meet_the_programs_receives_on_comm_self(ring, exec
             posted.Cancel()
             posted.Wait()
         strided.Free()  # (the fixture frees the handle, and sparsecoll's communicators with it)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("executor", RMA_EXECUTORS + ("steps",))
+def test_large_struct_blocks_staged_by_messages_to_self(ring, executor):
+    """Blocks of 1000 struct{char, double} (9 KiB): the RMA executors stage them by a message to
+    self sent as ``MPI_PACKED`` and received as the struct type, which MPICH 5.0.2 refuses on a
+    communicator of several ranks past about 8 KiB ("signature does not match"; a raw
+    ``Sendrecv`` to self on ``COMM_WORLD`` fails alike) though MPI allows it; such messages go
+    over a one-rank duplicate of ``COMM_SELF`` now. Every rank raised. The data is the library's."""
+    unit = MPI.Datatype.Create_struct([1, 1], [0, 8], [MPI.CHAR, MPI.DOUBLE]).Commit()
+    try:
+        count = 1000
+        send = (numpy.arange(count * 16) * 13 + 7 * RANK).astype(numpy.uint8)
+        expected = numpy.full(2 * count * 16, 0xA5, numpy.uint8)
+        ring.Neighbor_allgather([send, count, unit], [expected, count, unit])
+        comm = sparsecoll.wrap(ring, "direct", executor=executor)
+        got = numpy.full_like(expected, 0xA5)
+        comm.Neighbor_allgather([send, count, unit], [got, count, unit])
+        assert got.tobytes() == expected.tobytes()
+    finally:
+        unit.Free()

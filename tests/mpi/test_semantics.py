@@ -931,8 +931,8 @@ def test_a_freed_request_refuses_what_mpi4pys_refuses(ring, algorithm):
     """A freed request (a completed nonblocking one too) is MPI's null request: ``Free``,
     ``Start`` and ``Cancel`` raise ``MPI.Exception`` with ``ERR_REQUEST``, as mpi4py's requests
     do (sparsecoll's freed twice silently and raised RuntimeError); the lowercase ``free`` does
-    nothing, ``Wait`` and ``Test`` return at once; a request is neither copied nor pickled
-    (mpi4py's ValueError: a copy would share the MPI requests)."""
+    nothing, ``Wait`` and ``Test`` return at once; a live request is neither copied nor pickled
+    (mpi4py's ValueError: a copy would share the MPI requests), a freed one is MPI.REQUEST_NULL's."""
     import copy
     import pickle
     wrapped = sparsecoll.cart_neighborhood_create(WORLD, [WORLD.Get_size()], [True], [(1,), (-1,)],
@@ -956,6 +956,8 @@ def test_a_freed_request_refuses_what_mpi4pys_refuses(ring, algorithm):
             assert caught.value.Get_error_class() == MPI.ERR_REQUEST
         request.free()
         assert request.Wait() and request.Test() and request == MPI.REQUEST_NULL
+        for duplicate in (copy.copy, copy.deepcopy, lambda r: pickle.loads(pickle.dumps(r))):
+            assert duplicate(request) == MPI.REQUEST_NULL  # as mpi4py's completed request
 
 
 @pytest.mark.timeout(60)

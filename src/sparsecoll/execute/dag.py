@@ -40,7 +40,16 @@ from mpi4py import MPI
 
 from ..bind import Schedule
 from ..pattern import RECV, SEND
-from .p2p import copy_requests, free_executor, message_buffer, message_bytes, wire_counts, wire_runs
+from .p2p import (
+    copy_requests,
+    free_executor,
+    message_buffer,
+    message_bytes,
+    recv_init,
+    send_init,
+    wire_counts,
+    wire_runs,
+)
 from .waiting import waitsome
 
 _Startall = MPI.Prequest.Startall
@@ -208,8 +217,8 @@ class Executor:
         if not recvs and not sends:
             self.steps = [copies] if copies else []
             return
-        requests = [comm.Recv_init(message_buffer(pieces, datatypes), peer, tag) for peer, pieces, _ in recvs]
-        requests += [comm.Send_init(message_buffer(pieces, datatypes), peer, tag) for peer, pieces, _ in sends]
+        requests = [recv_init(comm, message_buffer(pieces, datatypes), peer, tag) for peer, pieces, _ in recvs]
+        requests += [send_init(comm, message_buffer(pieces, datatypes), peer, tag) for peer, pieces, _ in sends]
         nrecv = len(recvs)
 
         def index(ref) -> int:

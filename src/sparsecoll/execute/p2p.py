@@ -187,14 +187,52 @@ def message_buffer(pieces, datatypes: list) -> list:
     return [MPI.BOTTOM, 1, datatype]
 
 
+def _delete_self_channel(comm, keyval, channel) -> None:
+    channel.Free()
+
+
+_SELF_CHANNEL = MPI.Comm.Create_keyval(delete_fn=_delete_self_channel)
+
+
+def route(comm, peer: int) -> tuple:
+    """The communicator and rank a message of ``comm`` to or from ``peer`` goes by: ``(comm,
+    peer)``, except a message to self on an MPI communicator of several ranks, which goes to
+    rank 0 of a duplicate of ``MPI_COMM_SELF`` kept on ``comm`` (made at first use, locally;
+    freed with ``comm``). MPICH 5.0.2 refuses a message to self on a communicator of several
+    ranks that is sent as bytes (``MPI_BYTE``, ``MPI_PACKED``: items in transit, staging slots)
+    and received into a struct type past about 8 KiB ("signature does not match"; not on a
+    communicator of one rank). The tag stays the call's, which no other call on ``comm`` uses
+    at the same time, so calls never meet on the duplicate either; the program's own
+    ``MPI_COMM_SELF`` never sees these messages."""
+    if not isinstance(comm, MPI.Comm) or peer != comm.Get_rank() or comm.Get_size() == 1:
+        return comm, peer
+    channel = comm.Get_attr(_SELF_CHANNEL)
+    if channel is None:
+        channel = MPI.COMM_SELF.Dup()
+        comm.Set_attr(_SELF_CHANNEL, channel)
+    return channel, 0
+
+
+def recv_init(comm, buffer, peer: int, tag: int):
+    """A persistent receive from ``peer`` (:func:`route`)."""
+    by, rank = route(comm, peer)
+    return by.Recv_init(buffer, rank, tag)
+
+
+def send_init(comm, buffer, peer: int, tag: int):
+    """A persistent send to ``peer`` (:func:`route`)."""
+    by, rank = route(comm, peer)
+    return by.Send_init(buffer, rank, tag)
+
+
 def copy_requests(comm: MPI.Comm, schedule: Schedule, tag: int, datatypes: list) -> list:
     """The final local copies of a Schedule as persistent messages to self (receive, send per copy)."""
     requests = []
     if schedule.copies:
         me = comm.Get_rank()
         for src, dst in schedule.copies:
-            requests.append(comm.Recv_init(message_buffer((dst,), datatypes), me, tag))
-            requests.append(comm.Send_init(message_buffer((src,), datatypes), me, tag))
+            requests.append(recv_init(comm, message_buffer((dst,), datatypes), me, tag))
+            requests.append(send_init(comm, message_buffer((src,), datatypes), me, tag))
     return requests
 
 
@@ -221,9 +259,9 @@ class Executor:
         self._datatypes = datatypes = []
         self.steps = []
         for sends, recvs in schedule.steps:
-            requests = [comm.Recv_init(message_buffer(pieces, datatypes), peer, tag)
+            requests = [recv_init(comm, message_buffer(pieces, datatypes), peer, tag)
                         for peer, pieces in coalesce(recvs)]
-            requests += [comm.Send_init(message_buffer(pieces, datatypes), peer, tag)
+            requests += [send_init(comm, message_buffer(pieces, datatypes), peer, tag)
                          for peer, pieces in coalesce(sends)]
             if requests:
                 self.steps.append(requests)

@@ -58,7 +58,7 @@ Decisions, with their reasons:
   otherwise a staging slot of the executor, unpacked into the pieces once its arrival is seen.
   The origin puts straight from its pieces where each is of such a datatype (a hindexed
   ``MPI_BYTE`` type over absolute addresses), else it packs the message into a staging slot
-  first. Staging copies are messages to self on the private communicator with ``MPI_PACKED`` on the
+  first. Staging copies are messages to self of the private communicator (:func:`.p2p.route`) with ``MPI_PACKED`` on the
   slot's side (``MPI_PACKED`` matches any type signature); this relies on the native packed
   format being the plain bytes in type-map order on a homogeneous system, so packed bytes on
   one rank unpack into the same values on another (MPICH and Open MPI without external32).
@@ -127,7 +127,7 @@ import numpy
 from mpi4py import MPI
 
 from ..bind import Schedule
-from .p2p import MAX_COUNT, copy_requests, free_executor, joined, message_bytes, message_datatype
+from .p2p import MAX_COUNT, copy_requests, free_executor, joined, message_bytes, message_datatype, recv_init, send_init
 from .p2p import Executor as StepExecutor
 from .rtr_tree import OPTION as RTR_TREE
 from .rtr_tree import build as build_trees
@@ -190,11 +190,12 @@ def bytes_datatype(segments, limit: int):
 
 
 def _local_copy(comm: MPI.Comm, destination, source, tag: int) -> list:
-    """A copy as a pair of persistent messages to self on ``comm``, sparsecoll's private
-    communicator, with the call's tag (receive first). Not ``MPI_COMM_SELF``: that is the
-    program's, whose receives (``ANY_TAG``, or the tag of a blocking call) took these messages."""
+    """A copy as a pair of persistent messages to self of ``comm``, sparsecoll's private
+    communicator, with the call's tag (receive first; routed as :func:`.p2p.route` says). Not on
+    ``MPI_COMM_SELF``: that is the program's, whose receives (``ANY_TAG``, or the tag of a
+    blocking call) took these messages."""
     me = comm.Get_rank()
-    return [comm.Recv_init(destination, me, tag), comm.Send_init(source, me, tag)]
+    return [recv_init(comm, destination, me, tag), send_init(comm, source, me, tag)]
 
 
 def _run_copies(requests) -> None:

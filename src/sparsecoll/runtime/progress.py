@@ -475,10 +475,28 @@ class ScheduleRequest:
     __hash__ = object.__hash__
 
     def __reduce__(self, *_):
-        """Refused, as mpi4py refuses to copy or pickle a request (a copy would share its MPI requests)."""
+        """Refused while the request lives, as mpi4py refuses to copy or pickle a request (a copy
+        would share its MPI requests); a freed one copies and pickles as ``MPI.REQUEST_NULL``, as
+        mpi4py's completed requests do."""
+        if self._state == FREED:
+            return _request_null, ()
         raise ValueError(f"cannot serialize {type(self).__name__!r} instance")
 
-    __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__
+    __reduce_ex__ = __reduce__
+
+    def __copy__(self):
+        """Refused while the request lives; a freed one copies as ``MPI.REQUEST_NULL`` (see ``__reduce__``)."""
+        function, arguments = self.__reduce__()
+        return function(*arguments)
+
+    def __deepcopy__(self, memo):
+        """As ``__copy__``."""
+        return self.__copy__()
+
+
+def _request_null() -> MPI.Request:
+    """What a freed request copies and unpickles as."""
+    return MPI.REQUEST_NULL
 
 
 def _freed() -> MPI.Exception:
@@ -507,6 +525,14 @@ def wait_for_messages(request: ScheduleRequest) -> None:
     if request._current is not None:
         with ENGINE.lock:
             ENGINE.wait(request)
+
+
+def poll_for_messages(request: ScheduleRequest) -> None:
+    """:func:`wait_for_messages` where another thread may call in (:func:`other_threads_may_call_in`):
+    tests under the engine's lock and yields without it, so that thread's collectives move meanwhile."""
+    if other_threads_may_call_in():
+        while not request._messages_done():
+            _yield()
 
 
 def run_stages(stages) -> None:
