@@ -587,6 +587,50 @@ def test_two_outstanding_calls_waited_in_opposite_orders(algorithm, waits, monke
         comm.Free()
 
 
+def on_two_threads(comms, body) -> None:
+    """Run ``body(comm, report)`` in one thread per communicator of ``comms`` (two), thread 0
+    first on even ranks and thread 1 first on odd ones, after one allgather on each (their
+    patterns); what the threads report, and their exceptions, fail the test on every rank.
+    Frees ``comms``."""
+    try:
+        with agreed_failures() as failures:
+            for comm in comms:
+                comm.Neighbor_allgather(numpy.zeros(1), numpy.zeros(len(neighborhood(comm).sources)))
+            failures.extend(_run_threads(comms, body))
+    finally:
+        for comm in comms:
+            comm.Free()
+
+
+def _run_threads(comms, body) -> list:
+    errors = []
+
+    def worker(index):
+        def report(text):
+            errors.append(f"thread {index}: {text}")
+        try:
+            if (RANK % 2 == 0) != (index == 0):
+                time.sleep(0.3)
+            body(comms[index], report)
+        except Exception as exc:  # noqa: BLE001
+            report(describe(exc))
+
+    threads = [threading.Thread(target=worker, args=(index,)) for index in range(len(comms))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
+def check_allgather(comm, send, recv, report) -> None:
+    """Report where ``recv`` differs from the library's allgather of ``send`` on ``comm``'s handle."""
+    expected = numpy.full_like(recv, -1)
+    plain(comm).Neighbor_allgather(send, expected)
+    if recv.tobytes() != expected.tobytes():
+        report(f"got {recv.tolist()} expected {expected.tolist()}")
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("how", ["nonblocking", "persistent", "blocking"])
 @pytest.mark.parametrize("algorithm", ["cartesian", "cartesian[rma]", "common_neighbor"])
@@ -600,37 +644,14 @@ def test_two_threads_per_rank_on_two_communicators(algorithm, how):
     if OPEN_MPI and "rma" in algorithm and how == "persistent":
         pytest.skip("Open MPI 5.0.11 aborts creating windows from two threads at once (raw mpi4py too; README)")
     comms = [MULTI_STEP[algorithm]() for _ in range(2)]
-    errors = []
-    try:
-        with agreed_failures() as failures:
-            for comm in comms:
-                comm.Neighbor_allgather(numpy.zeros(1), numpy.zeros(len(neighborhood(comm).sources)))  # the patterns
 
-            def worker(index):
-                comm = comms[index]
-                try:
-                    if (RANK % 2 == 0) != (index == 0):
-                        time.sleep(0.2)
-                    for repetition in range(5):
-                        send = numpy.array([RANK * 100 + index * 10 + repetition], dtype="i8")
-                        recv = numpy.full(len(neighborhood(comm).sources), -1, dtype="i8")
-                        cases.run_call(comm, "allgather", how, send, recv)
-                        expected = numpy.full(len(neighborhood(comm).sources), -1, dtype="i8")
-                        plain(comm).Neighbor_allgather(send, expected)
-                        if recv.tobytes() != expected.tobytes():
-                            errors.append(f"thread {index}: got {recv.tolist()} expected {expected.tolist()}")
-                except Exception as exc:  # noqa: BLE001
-                    errors.append(f"thread {index}: {describe(exc)}")
-
-            threads = [threading.Thread(target=worker, args=(index,)) for index in range(2)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            failures.extend(errors)
-    finally:
-        for comm in comms:
-            comm.Free()
+    def body(comm, report):
+        for repetition in range(5):
+            send = numpy.array([RANK * 100 + repetition], dtype="i8")
+            recv = numpy.full(len(neighborhood(comm).sources), -1, dtype="i8")
+            cases.run_call(comm, "allgather", how, send, recv)
+            check_allgather(comm, send, recv, report)
+    on_two_threads(comms, body)
 
 
 @pytest.mark.timeout(120)
@@ -643,41 +664,18 @@ def test_two_threads_per_rank_each_with_more_outstanding_calls_than_channels():
     if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
         pytest.skip("needs MPI_THREAD_MULTIPLE")
     comms = [MULTI_STEP["cartesian"]() for _ in range(2)]
-    errors = []
-    try:
-        with agreed_failures() as failures:
-            degree = len(neighborhood(comms[0]).sources)
-            for comm in comms:
-                comm.Neighbor_allgather(numpy.zeros(1), numpy.zeros(degree))  # the patterns
 
-            def worker(index):
-                comm = comms[index]
-                try:
-                    if (RANK % 2 == 0) != (index == 0):
-                        time.sleep(0.5)
-                    calls = []
-                    for k in range(NONBLOCKING_CHANNELS + 6):
-                        send = numpy.array([RANK * 1000 + k], dtype="i8")
-                        recv = numpy.full(degree, -1, dtype="i8")
-                        calls.append((send, recv, comm.Ineighbor_allgather(send, recv)))
-                    sparsecoll.waitall([request for _, _, request in calls])
-                    for send, recv, _ in calls:
-                        expected = numpy.full(degree, -1, dtype="i8")
-                        plain(comm).Neighbor_allgather(send, expected)
-                        if recv.tobytes() != expected.tobytes():
-                            errors.append(f"thread {index}: got {recv.tolist()} expected {expected.tolist()}")
-                except Exception as exc:  # noqa: BLE001
-                    errors.append(f"thread {index}: {describe(exc)}")
-
-            threads = [threading.Thread(target=worker, args=(index,)) for index in range(2)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            failures.extend(errors)
-    finally:
-        for comm in comms:
-            comm.Free()
+    def body(comm, report):
+        degree = len(neighborhood(comm).sources)
+        calls = []
+        for k in range(NONBLOCKING_CHANNELS + 6):
+            send = numpy.array([RANK * 1000 + k], dtype="i8")
+            recv = numpy.full(degree, -1, dtype="i8")
+            calls.append((send, recv, comm.Ineighbor_allgather(send, recv)))
+        sparsecoll.waitall([request for _, _, request in calls])
+        for send, recv, _ in calls:
+            check_allgather(comm, send, recv, report)
+    on_two_threads(comms, body)
 
 
 @pytest.mark.timeout(60)
