@@ -197,8 +197,9 @@ _SELF_CHANNEL = MPI.Comm.Create_keyval(delete_fn=_delete_self_channel)
 def route(comm, peer: int) -> tuple:
     """The communicator and rank a message of ``comm`` to or from ``peer`` goes by: ``(comm,
     peer)``, except a message to self on an MPI communicator of several ranks, which goes to
-    rank 0 of a duplicate of ``MPI_COMM_SELF`` kept on ``comm`` (made at first use, locally;
-    freed with ``comm``). MPICH 5.0.2 refuses a message to self on a communicator of several
+    rank 0 of a duplicate of ``MPI_COMM_SELF`` kept on ``comm`` (made at first use, locally:
+    the runtime asks for it when it makes its private communicator, so never under the engine's
+    lock; freed with ``comm``). MPICH 5.0.2 refuses a message to self on a communicator of several
     ranks that is sent as bytes (``MPI_BYTE``, ``MPI_PACKED``: items in transit, staging slots)
     and received into a struct type past about 8 KiB ("signature does not match"; not on a
     communicator of one rank). The tag stays the call's, which no other call on ``comm`` uses

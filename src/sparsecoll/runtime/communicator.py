@@ -23,7 +23,7 @@ from ..bind import bind, has_transit
 from ..buffers import Blocks, check_regular_blocks, parse_simple, parse_vector, parse_w, with_own_datatypes
 from ..checks import nonnegative_integer
 from ..execute import StepExecutor  # the size pass and request counts use the default
-from ..execute.p2p import pattern_wire_sends
+from ..execute.p2p import pattern_wire_sends, route
 from ..model.choice import library_fault, local_nonblocking_library_fault, size_class
 from ..model.profile import FORMS, ProfileError, library_name
 from ..pattern import FAMILIES, REGULAR, family_of, stats
@@ -66,6 +66,7 @@ class CommRuntime:
 
     def __init__(self, comm: MPI.Comm, topology: Topology | None = None, private: MPI.Comm | None = None):
         self.private = private if private is not None else _plain(comm).Dup()  # collective
+        route(self.private, self.private.Get_rank())  # its channel to self, made here: never under the engine's lock
         self.topology = topology if topology is not None else from_comm(comm)
         self.channels = Channels(self.private.Get_attr(MPI.TAG_UB))
         self.patterns: dict = {}  # (algorithm, options key, family) -> Pattern
