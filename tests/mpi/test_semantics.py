@@ -851,6 +851,8 @@ def test_the_communicators_error_handler_reaches_sparsecolls_own_calls():
     their own calls; the handler was called either way. The node structure's communicators get
     the handler too."""
     size, rank = WORLD.Get_size(), WORLD.Get_rank()
+    if size < 2:
+        pytest.skip("needs 2 ranks: Open MPI 5.0.11 does not detect a truncated message to self (nor its own call)")
     graph = WORLD.Create_dist_graph_adjacent([(rank - 1) % size], [(rank + 1) % size])
     comm = sparsecoll.wrap(graph, "direct")
     intracomm = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2)  # a node structure (made at wrap)
