@@ -209,3 +209,17 @@ def run_call(comm, collective: str, how: str, send, recv) -> None:
         request.Start()
         request.Wait()
         request.Free()
+
+
+def started_after_rank_0(start):
+    """``start()`` (nonblocking calls; returns what it returns) on every rank, rank 1 entering it only
+    after rank 0's returned (a message rank 0 sends once its call is back): legal MPI, since
+    nonblocking calls are local, and a hang where a call agrees on something collectively."""
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    if rank == 1:
+        world.recv(source=0, tag=77)
+    request = start()
+    if rank == 0 and world.Get_size() > 1:
+        world.send("started", dest=1, tag=77)
+    return request

@@ -635,11 +635,7 @@ def test_a_nonblocking_call_makes_no_collective_set_up():
         explained = comm.plan_stats("alltoall", block_bytes=block, form="nonblocking")["auto"]
         assert explained["predicted_winner"] != "native"
         recv[:] = 0
-        if RANK == 1:
-            WORLD.recv(source=0, tag=77)
-        request = comm.Ineighbor_alltoall(send, recv)
-        if RANK == 0:
-            WORLD.send("go", dest=1, tag=77)
+        request = cases.started_after_rank_0(lambda: comm.Ineighbor_alltoall(send, recv))
         request.Wait()
         assert recv.tobytes() == expected.tobytes()
         comm.Neighbor_alltoall_init(send, recv).Free()  # sets the choice up (collective, as an init is)
@@ -667,11 +663,7 @@ def test_a_nonblocking_call_before_the_decision_makes_no_collective_set_up():
         degree = 4
         send = numpy.concatenate([numpy.full(block, RANK * 16 + j, "u1") for j in range(degree)])
         recv = numpy.zeros(degree * block, "u1")
-        if RANK == 1:
-            WORLD.recv(source=0, tag=78)
-        request = comm.Ineighbor_alltoall(send, recv)  # the wrapper's first call
-        if RANK == 0:
-            WORLD.send("go", dest=1, tag=78)
+        request = cases.started_after_rank_0(lambda: comm.Ineighbor_alltoall(send, recv))  # the wrapper's first call
         request.Wait()
         neighbors = [rank for dimension in range(2) for rank in cart.Shift(dimension, 1)]
         expected = numpy.concatenate([numpy.full(block, neighbors[i] * 16 + (i ^ 1), "u1") for i in range(degree)])

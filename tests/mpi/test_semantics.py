@@ -16,6 +16,8 @@ from mpi4py import MPI
 import sparsecoll
 from sparsecoll.hierarchy.handles import hierarchies
 
+from . import cases
+
 WORLD = MPI.COMM_WORLD
 
 
@@ -590,11 +592,8 @@ def test_nonblocking_calls_return_before_the_peers_start_theirs(algorithm, calls
     try:
         sends = [numpy.array([1000 * rank + k, -1000 * rank - k], dtype="i4") for k in range(calls)]
         recvs = [numpy.full(2, -9, dtype="i4") for _ in range(calls)]
-        if rank == 1:
-            WORLD.recv(source=0, tag=77)
-        requests = [comm.Ineighbor_alltoall(send, recv) for send, recv in zip(sends, recvs)]
-        if rank == 0:
-            WORLD.send("started", dest=1, tag=77)
+        requests = cases.started_after_rank_0(
+            lambda: [comm.Ineighbor_alltoall(send, recv) for send, recv in zip(sends, recvs)])
         for request in reversed(requests) if rank % 2 else requests:
             request.Wait()
         library = MPI.Distgraphcomm.Neighbor_alltoall  # the library's own call on the handle
@@ -627,11 +626,7 @@ def test_after_pattern_a_first_nonblocking_call_is_local(algorithm):
     try:
         comm.pattern("allgather")
         send, recv = numpy.array([float(rank)]), numpy.full(2, -1.0)
-        if rank == 1:
-            WORLD.recv(source=0, tag=78)
-        request = comm.Ineighbor_allgather(send, recv)
-        if rank == 0:
-            WORLD.send("started", dest=1, tag=78)
+        request = cases.started_after_rank_0(lambda: comm.Ineighbor_allgather(send, recv))
         request.Wait()
         assert recv.tolist() == [float(left), float(right)]
     finally:

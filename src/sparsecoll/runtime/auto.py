@@ -188,9 +188,6 @@ class AutoDispatch:
         self._calls: dict = {}  # algorithm -> CallPlan
         self._seen: dict = {}  # size class -> calls so far
         self._trials: dict = {}  # size class -> [calls, choice seconds, native seconds]
-        #: blocking size classes whose online check the choice lost (they run native from then on,
-        #: whatever the tables say at a later :meth:`decide`: measured outranks predicted)
-        self._checked_native: set = set()
         #: size class -> the trial of a persistent request of that class: {candidate, seconds, winner}
         self.persistent_trials: dict = {}
         self._library_only: set = set()  # forms every call sends straight to the library, for good
@@ -243,7 +240,7 @@ class AutoDispatch:
         persistent, blocking = FORMS.index("persistent"), FORMS.index("blocking")
         for size_class, trial in self.persistent_trials.items():  # measured outranks predicted
             self.table[persistent][size_class] = self.fallback[persistent][size_class] = trial["winner"]
-        for size_class in self._checked_native:  # the online check's verdicts too
+        for size_class in self._checked_native():  # the online check's verdicts too
             self.table[blocking][size_class] = self.fallback[blocking][size_class] = model.NATIVE
         self._uniform = {}  # form -> the algorithm every call of it runs, when it is one for every size
         for f, form in enumerate(FORMS):
@@ -269,6 +266,13 @@ class AutoDispatch:
             self._settled_by_nbytes[form].clear()
             self._settled_by_block[form].clear()
             self._uniform_runs.pop(form, None)
+
+    def _checked_native(self) -> list:
+        """The blocking size classes whose online check the choice lost (agreed sums in ``_trials``):
+        they run native from then on, whatever a later :meth:`decide` predicts (measured
+        outranks predicted)."""
+        return [size_class for size_class, (calls, chosen, native) in self._trials.items()
+                if calls == 2 * TRIALS and chosen > native]
 
     def _library_limit(self, row) -> int:
         """Receive-buffer bytes under which every call of a form with this table row is the library's.
@@ -369,7 +373,7 @@ class AutoDispatch:
                     f"native {trial['native_seconds'] * 1e6:.2f} us (medians of the slowest rank's times): "
                     f"{trial['winner']} "
                     f"(a candidate needs at most {TRIAL_WIN} x native's time)")
-        if form == "blocking" and size_class in self._checked_native:
+        if form == "blocking" and size_class in self._checked_native():
             _, chosen_seconds, native_seconds = self._trials[size_class]
             why = (f"the online check (verify_choice) measured the model's choice at {chosen_seconds * 1e6:.2f} us "
                    f"and native at {native_seconds * 1e6:.2f} us over {TRIALS} calls each (the slowest rank's "
@@ -595,7 +599,6 @@ class AutoDispatch:
             self._comm_runtime.private.Allreduce(numpy.array(state[1:]), worst, op=MPI.MAX)
             state[1:] = worst.tolist()
             if worst[0] > worst[1]:
-                self._checked_native.add(size_class)
                 f = FORMS.index("blocking")
                 self.table[f][size_class] = self.fallback[f][size_class] = model.NATIVE
         return None

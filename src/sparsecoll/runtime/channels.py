@@ -73,15 +73,10 @@ class Channels:
             self._on_idle = None
             action()
 
-    def next_nonblocking_previous(self):
-        """The request of this rank's previous call on the channel the next nonblocking call
-        takes, if that call may still have messages to complete (else None). Local."""
-        previous = self._nonblocking[1 + self._nonblocking_calls % NONBLOCKING_CHANNELS]
-        return None if previous is None or previous.one_stage else previous
-
     def take_nonblocking(self) -> int:
         """The channel of the next nonblocking call, once this rank's previous call on it is done
-        (or posted all its messages at its start)."""
+        (or posted all its messages at its start). Called without the engine's lock, which the
+        wait for that call must not hold where another thread may need it."""
         channel = 1 + self._nonblocking_calls % NONBLOCKING_CHANNELS
         self._nonblocking_calls += 1
         previous = self._nonblocking[channel]

@@ -33,7 +33,7 @@ from .auto import UNKNOWN, AutoDispatch, FamilyModel, local_class
 from .caches import CACHE_SIZE, ParseCache, Recent, call_signature, simple_spec
 from .channels import Channels
 from .plan import CallPlan, Plan
-from .progress import ENGINE, ScheduleRequest, poll_for_messages, run_stages, single_stage
+from .progress import ENGINE, ScheduleRequest, run_stages, single_stage
 
 _ndarray = numpy.ndarray
 
@@ -551,11 +551,8 @@ class CommRuntime:
         """A nonblocking call on the next nonblocking channel; returns its started request."""
         send, recv, layout = self.parse(call.collective, sendbuf, recvbuf)
         channels = self.channels
-        previous = channels.next_nonblocking_previous()  # the 65th call reuses the 1st call's channel:
-        if previous is not None:  # its messages must be done, waited for here without the lock where
-            poll_for_messages(previous)  # another thread may need it (else it blocks in take_nonblocking)
+        channel = channels.take_nonblocking()  # before the lock: it may wait for the channel's last call
         with ENGINE.lock:
-            channel = channels.take_nonblocking()
             if call.size_pass:
                 request = self._sized_request(call, send, recv, layout, channel, (sendbuf, recvbuf))
             elif call.rebind:

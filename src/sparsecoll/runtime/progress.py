@@ -521,18 +521,17 @@ def _empty(status: MPI.Status) -> None:
 
 
 def wait_for_messages(request: ScheduleRequest) -> None:
-    """Block until ``request``'s messages are complete without completing it for its owner."""
-    if request._current is not None:
-        with ENGINE.lock:
-            ENGINE.wait(request)
-
-
-def poll_for_messages(request: ScheduleRequest) -> None:
-    """:func:`wait_for_messages` where another thread may call in (:func:`other_threads_may_call_in`):
-    tests under the engine's lock and yields without it, so that thread's collectives move meanwhile."""
+    """Block until ``request``'s messages are complete without completing it for its owner; as
+    ``Wait`` does, testing under the engine's lock and yielding without it where another thread
+    may call in (:func:`other_threads_may_call_in`), so that thread's collectives move meanwhile."""
+    if request._current is None:
+        return
     if other_threads_may_call_in():
         while not request._messages_done():
             _yield()
+    else:
+        with ENGINE.lock:
+            ENGINE.wait(request)
 
 
 def run_stages(stages) -> None:
