@@ -5,7 +5,7 @@
 # (mpich/, ompi/, common/: mpi4py, platformdirs, greenlet, pymetis) on top of the machine's own
 # Python 3.12 packages (numpy, scipy, rich, matplotlib), and runs sparsecoll from src/.
 # usage: sh benchmarks/16core/run.sh BUDGET_SECONDS [GROUP...]   (matrices in .devdata/)
-# groups, in this order by default: hello calibrate callpath auto few dag cg rma sc12 rtr hier
+# groups, in this order by default: hello calibrate callpath auto few duel dag cg rma sc12 rtr hier
 # settings: CALIBRATE_NPS (2 8 16), KEEP_PROFILES, AUTO_NPS (8 16), AUTO_LIBS (mpich ompi: the auto group), AUTO_REPS (150),
 # CG_NP (16), CG_REPEAT (3), RES (the results folder, benchmarks/16core)
 set -u
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 BUDGET=${1:-500}
 [ $# -gt 0 ] && shift
-WANTED=${*:-hello calibrate callpath auto few dag cg rma sc12 rtr hier}
+WANTED=${*:-hello calibrate callpath auto few duel dag cg rma sc12 rtr hier}
 CALIBRATE_NPS=${CALIBRATE_NPS:-2 8 16}
 AUTO_NPS=${AUTO_NPS:-8 16}
 AUTO_REPS=${AUTO_REPS:-150}
@@ -79,6 +79,12 @@ if wanted few; then for lib in mpich ompi; do   # auto, native and the best colu
     step "$N-few-np8" 120 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/sparsecoll bench --np 8 --sizes 8,256,4096,65536 \
         --algorithms native,auto,direct,cartesian,node_aware,loggp_tree --mode blocking,persistent --reps $AUTO_REPS \
         --out "$RES/few-$N-np8"
+done; fi
+if wanted duel; then for lib in mpich ompi; do   # the library against direct alone, where one-step schedules
+    N=$(name_of $lib)   # and cartesian won the small rows of the auto group: is the win theirs, or the bench's?
+    step "$N-duel-np8" 60 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/sparsecoll bench --np 8 --sizes 8,256 \
+        --topology stencil:d=2,n=3,f=-1 --topology moore:D=2,R=1 --collective allgather --collective alltoall \
+        --algorithms native,direct,cartesian --mode blocking,persistent --reps $AUTO_REPS --out "$RES/duel-$N-np8"
 done; fi
 if wanted dag; then for np in 8 16; do   # SC12: DAG against steps
     for lib in mpich ompi; do N=$(name_of $lib)

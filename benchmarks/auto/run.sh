@@ -20,5 +20,5 @@ SPARSECOLL_PROFILE="$PROFILE" "$VENV/bin/sparsecoll" bench --np 8 --sizes 8,256,
     --mode blocking,persistent --reps ${REPS:-150} --out "$OUT/native-auto" \
     | tee "$OUT/native-auto/bench.txt"
 # the table and results.csv are what this run is for (results.json holds every sample: 9 MB)
-rm -f "$OUT/native-auto/"*.png "$OUT/results.json" "$OUT/native-auto/results.json"
+rm -f "$OUT/"*.png "$OUT/native-auto/"*.png "$OUT/results.json" "$OUT/native-auto/results.json"
 cp "$PROFILE" "$OUT/profile.json"  # the profile this run chose with
