@@ -837,7 +837,7 @@ _WRAPPERS = ((MPI.Cartcomm, Cartcomm), (MPI.Graphcomm, Graphcomm), (MPI.Distgrap
 
 
 def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, rebind: bool = False,
-         executor: str = DEFAULT_EXECUTOR, profile=None, verify_choice: bool = False, info=None,
+         executor: str = DEFAULT_EXECUTOR, profile=None, verify_choice: bool | None = None, info=None,
          executor_options=None, **options):
     """Wrap an mpi4py topology communicator so its Neighbor_* methods use sparsecoll, or an
     intracommunicator so its global collectives run the universal hierarchical algorithm.
@@ -884,12 +884,14 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     included; its ``profile`` is a path or a :class:`sparsecoll.model.profile.Profile`
     (default: ``$SPARSECOLL_PROFILE``, else this host's ``sparsecoll calibrate`` profile,
     else a conservative built-in one), read here, so a bad file raises here;
-    ``verify_choice=True`` times the first blocking calls of a choice that is not ``native``
-    against it and switches back where the choice loses, and times a persistent request's
-    choice, or the model's near miss, against ``native`` at its init (every rank must pass the
-    same value); with another algorithm both raise TypeError. auto asks, as MPI libraries do when they pick a collective
-    algorithm by message size, that a regular call (allgather, alltoall) passes the same
-    block size on every rank; where the first call does not, it decides once for all calls.
+    by default (``verify_choice=None``) it times the first blocking calls of a choice that is
+    not ``native`` against it and switches back where the choice loses; ``verify_choice=True``
+    also times a persistent request's choice, or the model's near miss, against ``native`` at
+    its init; ``False`` times nothing (the model's choice stands). Every rank must pass the
+    same value; with another algorithm ``profile`` and ``verify_choice=True`` raise TypeError.
+    auto asks, as MPI libraries do when they pick a collective algorithm by message size, that
+    a regular call (allgather, alltoall) passes the same block size on every rank; where the
+    first call does not, it decides once for all calls.
 
     ``info`` (an ``MPI.Info``, a dict of "true"/"false" strings or bools, or None) gives the
     persistence levels of Hoefler and Schneider, SC12, section II, as their info keys
@@ -924,7 +926,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     if wrapper_class is None and isinstance(comm, MPI.Intracomm):
         neighborhood_only = {"topology": topology is not None, "rebind": rebind is not False,
                              "executor": executor != DEFAULT_EXECUTOR, "profile": profile is not None,
-                             "verify_choice": verify_choice is not False, "info": info is not None,
+                             "verify_choice": verify_choice not in (None, False), "info": info is not None,
                              "executor_options": executor_options is not None,
                              "global_collectives": "global_collectives" in options}
         given = [name for name, differs in neighborhood_only.items() if differs]

@@ -202,15 +202,25 @@ def test_verify_choice_agrees_on_every_rank():
 
 class LosingClock:
     """A stand-in for auto's ``time``: each timed call of the online check takes 1 s when it runs
-    the choice (even calls) and 1 ms when it runs native (odd ones), so the choice loses."""
+    the choice (even calls) and 1 ms when it runs native (odd ones), so the choice loses (or
+    the seconds given)."""
 
-    def __init__(self):
+    def __init__(self, choice: float = 1.0, native: float = 0.001):
         self.reads = 0
+        self.choice, self.native = choice, native
 
     def perf_counter(self) -> float:
         self.reads += 1
         call, ending = divmod(self.reads - 1, 2)
-        return float(call) + (0.0 if not ending else 1.0 if call % 2 == 0 else 0.001)
+        return float(call) + (0.0 if not ending else self.choice if call % 2 == 0 else self.native)
+
+
+def slow_library() -> Profile:
+    """The built-in profile with the library's blocking call at 1 ms: the model never chooses it."""
+    base = BUILTIN.loads[0]
+    return Profile((Load(1.0, base.levels, base.sparsecoll_per_call, base.sparsecoll_per_step,
+                         dict(base.native_per_call, blocking=1e-3), dict(base.combined_factor)),),
+                   source="a slow library call")
 
 
 def test_the_online_checks_verdict_outlives_a_new_decision(monkeypatch):
@@ -221,11 +231,7 @@ def test_the_online_checks_verdict_outlives_a_new_decision(monkeypatch):
     from sparsecoll.runtime import auto
     monkeypatch.setattr(auto, "time", LosingClock())
     with two_ring() as raw:
-        base = BUILTIN.loads[0]
-        slow_library = Profile((Load(1.0, base.levels, base.sparsecoll_per_call, base.sparsecoll_per_step,
-                                     dict(base.native_per_call, blocking=1e-3), dict(base.combined_factor)),),
-                               source="a slow library call")
-        comm = sparsecoll.wrap(raw, profile=slow_library, verify_choice=True)
+        comm = sparsecoll.wrap(raw, profile=slow_library(), verify_choice=True)
         assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
         before = comm.plan_stats("alltoall", block_bytes=8)["auto"]
         assert before["predicted_winner"] != "native", before
@@ -239,6 +245,51 @@ def test_the_online_checks_verdict_outlives_a_new_decision(monkeypatch):
         assert again["algorithm"] == "native" and "online check" in again["reason"], again
         assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
         assert_same_on_every_rank(again["algorithm"])
+
+
+@pytest.mark.parametrize("verify_choice", [None, True, False])
+def test_the_online_check_runs_by_default_and_not_with_false(verify_choice, monkeypatch):
+    """The blocking check is the default (the model's inputs come from calibrate's program, not
+    the user's): a choice that loses its 5 pairs of calls runs native after them; with
+    ``verify_choice=False`` nothing is timed and the model's choice stands."""
+    from sparsecoll.runtime import auto
+    clock = LosingClock()
+    monkeypatch.setattr(auto, "time", clock)
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw, profile=slow_library(), verify_choice=verify_choice)
+        for _ in range(2 * TRIALS + 2):
+            assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
+        after = comm.plan_stats("alltoall", block_bytes=8)["auto"]
+        if verify_choice is False:
+            assert after["algorithm"] != "native" and clock.reads == 0, after
+        else:
+            assert after["algorithm"] == "native" and "online check" in after["reason"], after
+            assert clock.reads == 2 * 2 * TRIALS  # the check's calls only: a settled class reads no clock
+        assert_same_on_every_rank(after["algorithm"])
+
+
+def test_the_online_check_decides_on_the_slowest_ranks_times(monkeypatch):
+    """Ranks that measure differently (rank 0: the choice loses; the others: it wins) take the same
+    verdict, the slowest rank's per call: native everywhere. A choice that wins every rank's
+    check keeps running, settled (no clock read after the check)."""
+    if SIZE < 2:
+        pytest.skip("needs ranks that measure differently")
+    from sparsecoll.runtime import auto
+    with two_ring() as raw:
+        for rank_0_loses, expected_native in ((True, True), (False, False)):
+            # the other ranks: the choice takes half native's time
+            clock = LosingClock() if rank_0_loses and RANK == 0 else LosingClock(choice=0.001, native=0.002)
+            monkeypatch.setattr(auto, "time", clock)
+            comm = sparsecoll.wrap(raw.Dup(), profile=slow_library())  # a handle of its own: decides anew
+            try:
+                for _ in range(2 * TRIALS + 3):
+                    assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
+                after = comm.plan_stats("alltoall", block_bytes=8)["auto"]
+                assert (after["algorithm"] == "native") == expected_native, after
+                assert clock.reads == 2 * 2 * TRIALS
+                assert_same_on_every_rank(after["algorithm"])
+            finally:
+                comm.Free()
 
 
 def test_auto_before_its_first_call_says_when_it_decides():
@@ -314,7 +365,7 @@ def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
     monkeypatch.setattr(choice, "decide", native_then_direct)
     with random_graph(4, 0.7) as raw:
         indegree, outdegree, _ = raw.Get_dist_neighbors_count()
-        comm = sparsecoll.wrap(raw)
+        comm = sparsecoll.wrap(raw, verify_choice=False)  # the table as stubbed: nothing timed
         kept, alive, first = {}, [], True
         for nbytes in (8, 512, 4096, 8, 4096, 1023, 1024):
             for form in ("blocking", "nonblocking"):
@@ -350,7 +401,7 @@ def test_settled_calls_take_every_receive_spec_mpi4py_takes(monkeypatch):
     raw = WORLD.Create_dist_graph_adjacent([left, right], [right, left], reorder=False)
     try:
         indegree = outdegree = 2
-        comm = sparsecoll.wrap(raw)
+        comm = sparsecoll.wrap(raw, verify_choice=False)  # the table as stubbed: nothing timed
         send = numpy.arange(2 * outdegree, dtype=numpy.float64) + 100 * RANK
         for call, spec in enumerate((None, "none", "list", "none", "tuple", "list")):
             for form in ("blocking", "nonblocking"):
@@ -381,7 +432,7 @@ def test_settled_large_calls_go_to_the_library_without_a_parse(monkeypatch):
                                            [(RANK + 1) % SIZE, (RANK + 2) % SIZE], reorder=False)
     try:
         indegree, outdegree, _ = raw.Get_dist_neighbors_count()
-        comm = sparsecoll.wrap(raw)
+        comm = sparsecoll.wrap(raw, verify_choice=False)  # the table as stubbed: nothing timed
         seen = set()
         for nbytes in (8, 4096, 8, 4096, 65536, 4096, 65536, 16):
             for form in ("blocking", "nonblocking"):
@@ -562,9 +613,10 @@ def test_verify_choice_must_be_the_same_on_every_rank():
     if SIZE < 2:
         pytest.skip("needs two ranks")
     with two_ring() as raw:
-        comm = sparsecoll.wrap(raw, verify_choice=RANK == 0)
-        with pytest.raises(ValueError, match="verify_choice"):
-            persistent_alltoall(comm, raw, 64, spec=False)
+        for values in ((True, False), (None, False), (True, None)):  # None: the default, checks blocking calls
+            comm = sparsecoll.wrap(raw, verify_choice=values[RANK != 0])
+            with pytest.raises(ValueError, match="verify_choice"):
+                persistent_alltoall(comm, raw, 64, spec=False)
 
 
 @pytest.mark.timeout(60)

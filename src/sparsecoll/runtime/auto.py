@@ -39,12 +39,19 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   weight, else in-edge weight), not from the call, and every call is pinned to the largest
   class over ranks: calls never look at their block size (the check against the weights
   runs before, on every call).
-* **Online check of blocking calls** (``verify_choice=True``): the first :data:`TRIALS` pairs
-  of blocking calls of a class whose choice is not ``native`` alternate the choice and
-  ``native``; each rank sums the two times, one allreduce takes the maxima, and the class
-  switches to ``native`` for good if the choice lost. Nonblocking calls are not checked (their time
-  ends in the user's ``Wait``).
-* **Trial of a persistent request** (``verify_choice=True`` too): a persistent request is made
+* **Online check of blocking calls** (on by default; ``verify_choice=False`` turns it off): the
+  first :data:`TRIALS` pairs of blocking calls of a class whose choice is not ``native``
+  alternate the choice and ``native``; one allreduce takes each call's time to the slowest
+  rank's, and the class switches to ``native`` for good if the median of the choice's calls
+  exceeds native's. It only ever moves a class to the library, so at worst it costs a win; it
+  is on by default because the model's inputs are measured in ``calibrate``'s program, not the
+  user's: on the 16-core machine (``benchmarks/16core/README.md``, run c) MPICH's blocking 8 and
+  256 B alltoalls on the stencil and Moore neighborhoods ran `cartesian` at 0.78-0.92 x the
+  library's call in the bench with every algorithm (and in ``calibrate``, 0.85 x), but at
+  1.08-1.20 x in a program calling only the library and auto. Its cost is once per size
+  class: :data:`TRIALS` calls of the library's and one allreduce. Nonblocking calls are not
+  checked (their time ends in the user's ``Wait``).
+* **Trial of a persistent request** (``verify_choice=True`` only): a persistent request is made
   to be started many times, and its init is collective, so there the model's choice and
   its near misses can be measured. Where the model chose a candidate, or kept ``native``
   while a built candidate is predicted at most :data:`TRIAL_BAND` times native's time, the
@@ -86,7 +93,7 @@ from ..topology.placement import resolve as resolve_placement
 REPEATS = 8
 #: Sizes per form whose runner a settled method keeps (one more: it forgets them all and starts over).
 MAX_KEPT_SIZES = 64
-#: Pairs of (choice, native) blocking calls timed by ``verify_choice`` per size class.
+#: Pairs of (choice, native) blocking calls timed by the online check per size class.
 TRIALS = 5
 #: Timed starts of each request in the trial of a persistent request (after the calibration's WARMUP).
 PERSISTENT_TRIALS = 25
@@ -187,7 +194,9 @@ class AutoDispatch:
         self._native = native_methods  # form -> the library's method (bound to the wrapper)
         self._calls: dict = {}  # algorithm -> CallPlan
         self._seen: dict = {}  # size class -> calls so far
-        self._trials: dict = {}  # size class -> [calls, choice seconds, native seconds]
+        #: size class -> (this rank's times of the online check's calls, then the agreed medians of
+        #: the choice's and native's)
+        self._trials: dict = {}
         #: size class -> the trial of a persistent request of that class: {candidate, seconds, winner}
         self.persistent_trials: dict = {}
         self._library_only: set = set()  # forms every call sends straight to the library, for good
@@ -212,7 +221,7 @@ class AutoDispatch:
         family = self._family
         names = list(family.costs)
         local = numpy.stack([family.costs[name].seconds() for name in names])
-        check = float(self._plan.verify_choice)
+        check = float(self._plan.verify_code())
         vector = numpy.concatenate([local.ravel(), [-local_class if local_class != UNKNOWN else -model.CLASSES,
                                                     local_class, float(local_class == UNKNOWN),
                                                     float(family.fault is not None), check, -check]])
@@ -247,7 +256,11 @@ class AutoDispatch:
             row = self.table[f]
             names = {row[self.pinned]} if self.pinned is not None else set(row)
             name = names.pop() if len(names) == 1 else None
-            if name is not None and (name == model.NATIVE or family.built(name)) and not self._plan.verify_choice:
+            # a blocking choice still to be checked online runs per size class (:meth:`_runner`); a
+            # persistent request's trial may replace even native
+            checked = ((form == "blocking" and name != model.NATIVE and self._plan.checks_blocking)
+                       or (form == "persistent" and self._plan.tries_persistent))
+            if name is not None and (name == model.NATIVE or family.built(name)) and not checked:
                 self._uniform[form] = name
                 if name == model.NATIVE:  # here, where every rank decides alike, not at a wrapper's first call
                     self._library_only.add(form)
@@ -268,11 +281,11 @@ class AutoDispatch:
             self._uniform_runs.pop(form, None)
 
     def _checked_native(self) -> list:
-        """The blocking size classes whose online check the choice lost (agreed sums in ``_trials``):
+        """The blocking size classes whose online check the choice lost (agreed medians in ``_trials``):
         they run native from then on, whatever a later :meth:`decide` predicts (measured
         outranks predicted)."""
-        return [size_class for size_class, (calls, chosen, native) in self._trials.items()
-                if calls == 2 * TRIALS and chosen > native]
+        return [size_class for size_class, (times, chosen, native) in self._trials.items()
+                if len(times) == 2 * TRIALS and chosen > native]
 
     def _library_limit(self, row) -> int:
         """Receive-buffer bytes under which every call of a form with this table row is the library's.
@@ -280,11 +293,11 @@ class AutoDispatch:
         A regular call's size class is that of its receive block, and its ``indegree`` receive
         blocks lie in its receive array, so an array of fewer than ``indegree * 2**(c-1)`` bytes
         has a class below ``c``: if every class below ``c`` is ``native``, such a call needs no
-        parse at all. 0 (no
-        shortcut) when the collective is pinned, not regular, checked online, or without in-edges.
+        parse at all (nor an online check: it checks only choices that are not ``native``). 0 (no
+        shortcut) when the collective is pinned, not regular, or without in-edges.
         """
         indegree = self._comm_runtime.topology.indegree
-        if self.pinned is not None or self.collective not in REGULAR or self._plan.verify_choice or not indegree:
+        if self.pinned is not None or self.collective not in REGULAR or not indegree:
             return 0
         first = next((c for c, name in enumerate(row) if name != model.NATIVE), model.CLASSES)
         return 0 if first == 0 else indegree * 2 ** (first - 1)
@@ -298,11 +311,11 @@ class AutoDispatch:
     def _trial_candidate(self, size_class: int) -> str | None:
         """The candidate a persistent request of ``size_class`` is tried against ``native`` with, or None.
 
-        With ``verify_choice``: the model's choice where it is not native; where it is native,
+        With ``verify_choice=True``: the model's choice where it is not native; where it is native,
         the built candidate predicted fastest if at most :data:`TRIAL_BAND` times native's time.
-        None without ``verify_choice``, once the class was tried, where native may not run, or for
+        None otherwise, once the class was tried, where native may not run, or for
         the v/w forms."""
-        if (not self._plan.verify_choice or not self.native_allowed or self.collective not in REGULAR
+        if (not self._plan.tries_persistent or not self.native_allowed or self.collective not in REGULAR
                 or size_class in self.persistent_trials):
             return None
         f = FORMS.index("persistent")
@@ -375,9 +388,9 @@ class AutoDispatch:
                     f"(a candidate needs at most {TRIAL_WIN} x native's time)")
         if form == "blocking" and size_class in self._checked_native():
             _, chosen_seconds, native_seconds = self._trials[size_class]
-            why = (f"the online check (verify_choice) measured the model's choice at {chosen_seconds * 1e6:.2f} us "
-                   f"and native at {native_seconds * 1e6:.2f} us over {TRIALS} calls each (the slowest rank's "
-                   f"sums): native runs this size from then on")
+            why = (f"the online check measured the model's choice at {chosen_seconds * 1e6:.2f} us "
+                   f"and native at {native_seconds * 1e6:.2f} us (medians of {TRIALS} calls each, the slowest "
+                   f"rank's times): native runs this size from then on")
         return {"algorithm": runs, "trial": trial, "predicted_winner": winner, "form": form, "block_bytes": block_bytes,
                 "size_class": size_class, "pinned": self.pinned is not None, "predicted_seconds": predicted,
                 "estimated": sorted(n for n in predicted if n != model.NATIVE and not family.built(n)),
@@ -402,7 +415,7 @@ class AutoDispatch:
         class :func:`quick_size_class` reads and whose choice is final running that choice at once
         (the library's method or the algorithm's runtime call, from ``_settled``), without the
         wrapper's and this dispatch's frames; None where no call can take that path (a pinned or
-        irregular collective, the online check, no in-edges). Local work only: the runner is the
+        irregular collective, no in-edges). Local work only: the runner is the
         one :meth:`blocking` / :meth:`nonblocking` would run.
 
         A plain receive array's class depends on its byte count alone, and a buffer spec's on
@@ -412,7 +425,7 @@ class AutoDispatch:
         call on the 2-core VM, which 4 ranks per core turned into 4-6 us of an 8-rank call's
         90). An array that mpi4py cannot split (uneven, not contiguous) is never kept; a later
         one of a kept size fails in the runner, as in any other."""
-        if self.pinned is not None or not self._in_blocks or self._plan.verify_choice:
+        if self.pinned is not None or not self._in_blocks:
             return None
         by_nbytes, by_block = self._settled_by_nbytes[form], self._settled_by_block[form]  # the same for good
         indegree = self._in_blocks
@@ -464,8 +477,11 @@ class AutoDispatch:
     def _runner(self, form: str, size_class: int):
         """What a ``form`` call of ``size_class`` runs now (a callable of ``(sendbuf, recvbuf)``),
         kept in ``_settled`` when the choice is final (what the table says, built: while a
-        protocol candidate waits for its :data:`REPEATS`-th call, every call counts)."""
+        protocol candidate waits for its :data:`REPEATS`-th call, every call counts; while the
+        online check times a blocking choice, every call is one of its pairs)."""
         name = self._local_choice(size_class) if form == "nonblocking" else self.choose(form, size_class)
+        if form == "blocking" and self._check_pending(size_class, name):
+            return partial(self._checked_call, size_class, name)
         if name == model.NATIVE:
             run = self._native[form]
         else:
@@ -502,27 +518,12 @@ class AutoDispatch:
         return self.choose("nonblocking", size_class)
 
     def blocking(self, _, sendbuf, recvbuf):
-        """A blocking call: the chosen algorithm (timed against native while ``verify_choice`` checks it)."""
-        if self._plan.verify_choice:
-            return self._checked_blocking(sendbuf, recvbuf)
+        """A blocking call: the chosen algorithm (timed against native while the online check runs)."""
         run = self._uniform_runs.get("blocking")
         if run is None:
             size_class = self._size_class(sendbuf, recvbuf)
             run = self._settled["blocking"][size_class] or self._runner("blocking", size_class)
         return run(sendbuf, recvbuf)
-
-    def _checked_blocking(self, sendbuf, recvbuf):
-        """A blocking call while ``verify_choice`` may still time the choice against native."""
-        size_class = self._size_class(sendbuf, recvbuf)
-        name = self.choose("blocking", size_class)
-        if name != model.NATIVE and self.native_allowed:
-            name = self._trial(size_class, name, sendbuf, recvbuf)
-            if name is None:
-                return None
-        if name == model.NATIVE:
-            return self._native["blocking"](sendbuf, recvbuf)
-        call = self._call_plan(name)
-        return call.runtime.blocking(call, sendbuf, recvbuf)
 
     def nonblocking(self, _, sendbuf, recvbuf):
         """A nonblocking call of the chosen algorithm; returns its request."""
@@ -580,28 +581,35 @@ class AutoDispatch:
                                               "native_seconds": float(worst[1]), "winner": winner}
         return winner
 
-    def _trial(self, size_class: int, name: str, sendbuf, recvbuf):
-        """One call of the online check (runs it; returns None) or the name to run once it is over."""
-        state = self._trials.setdefault(size_class, [0, 0.0, 0.0])
-        if state[0] >= 2 * TRIALS:
-            return name
-        runs_native = state[0] % 2 == 1
+    def _check_pending(self, size_class: int, name: str) -> bool:
+        """Whether a blocking call of ``size_class`` that would run ``name`` is one of the online
+        check's calls: a choice that is not ``native``, where native may run, checks on, the
+        class's :data:`TRIALS` pairs not all run (every rank alike: the same calls, the same choice)."""
+        return (name != model.NATIVE and self._plan.checks_blocking and self.native_allowed
+                and len(self._trials.get(size_class, ((),))[0]) < 2 * TRIALS)
+
+    def _checked_call(self, size_class: int, name: str, sendbuf, recvbuf) -> None:
+        """One call of the online check: the choice (even calls) or native (odd ones), timed. At the
+        last, one allreduce takes each call's time to the slowest rank's, and the class runs
+        native for good where the median of the choice's calls exceeds native's."""
+        state = self._trials.setdefault(size_class, ([], 0.0, 0.0))
+        times = state[0]
+        runs_native = len(times) % 2 == 1
         start = time.perf_counter()
         if runs_native:
             self._native["blocking"](sendbuf, recvbuf)
         else:
             call = self._call_plan(name)
             call.runtime.blocking(call, sendbuf, recvbuf)
-        state[2 if runs_native else 1] += time.perf_counter() - start
-        state[0] += 1
-        if state[0] == 2 * TRIALS:
-            worst = numpy.empty(2)
-            self._comm_runtime.private.Allreduce(numpy.array(state[1:]), worst, op=MPI.MAX)
-            state[1:] = worst.tolist()
-            if worst[0] > worst[1]:
+        times.append(time.perf_counter() - start)
+        if len(times) == 2 * TRIALS:
+            worst = numpy.empty(2 * TRIALS)
+            self._comm_runtime.private.Allreduce(numpy.array(times), worst, op=MPI.MAX)
+            chosen, native = float(numpy.median(worst[0::2])), float(numpy.median(worst[1::2]))
+            self._trials[size_class] = (times, chosen, native)
+            if chosen > native:
                 f = FORMS.index("blocking")
                 self.table[f][size_class] = self.fallback[f][size_class] = model.NATIVE
-        return None
 
 
 def scratch_buffer(buffer):

@@ -12,6 +12,9 @@ from ..model.profile import BUILTIN, Profile
 from ..model.profile import resolve as resolve_profile
 from .persistence import BLOCK_BYTES_OPTION, NONE, Persistence
 
+#: ``verify_choice`` as the integer the ranks agree on (:meth:`Plan.verify_code`).
+VERIFY_CODES = {False: 0, None: 1, True: 2}
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -37,7 +40,7 @@ class Plan:
     rebind: bool = False
     executor: str = execute.DEFAULT_EXECUTOR
     profile: Profile = BUILTIN
-    verify_choice: bool = False
+    verify_choice: bool | None = None
     persistence: Persistence = NONE
     executor_options: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     decided_by: tuple = ()
@@ -59,12 +62,28 @@ class Plan:
         """Whether the cost model picks the algorithm per call (``"auto"``)."""
         return self.algorithm == algorithms.AUTO
 
+    @property
+    def checks_blocking(self) -> bool:
+        """Whether auto times its blocking non-native choices against ``native`` online (the
+        default, ``verify_choice`` None, and True; :mod:`sparsecoll.runtime.auto`)."""
+        return self.auto and self.verify_choice is not False
+
+    @property
+    def tries_persistent(self) -> bool:
+        """Whether auto tries a persistent request's choice against ``native`` at its init
+        (``verify_choice=True`` only)."""
+        return self.auto and self.verify_choice is True
+
+    def verify_code(self) -> int:
+        """``verify_choice`` as an integer (False 0, None 1, True 2), for the ranks' agreement."""
+        return VERIFY_CODES[self.verify_choice]
+
     def decision_inputs(self) -> tuple:
         """This rank's inputs of auto's decisions that ranks may hold differently (the profile's
         fingerprint, ``verify_choice``), as integers for wrap's allreduce; empty for other plans."""
         if not self.auto:
             return ()
-        return (self.profile.fingerprint(), int(self.verify_choice))
+        return (self.profile.fingerprint(), self.verify_code())
 
     def with_agreed_inputs(self, agreed: tuple) -> Plan:
         """This plan with ``decided_by`` set to ``agreed`` (the same on every rank: the lowest and
@@ -88,7 +107,7 @@ class Plan:
 
 
 def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
-              executor: str = execute.DEFAULT_EXECUTOR, profile=None, verify_choice: bool = False,
+              executor: str = execute.DEFAULT_EXECUTOR, profile=None, verify_choice: bool | None = None,
               persistence: Persistence = NONE, executor_options=None) -> Plan:
     """Check a wrapper's arguments (raising before any message is sent) and make its Plan.
 
@@ -100,8 +119,8 @@ def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
     checked_executor_options = execute.check_options(executor, executor_options)
     if not isinstance(rebind, bool):
         raise TypeError(f"rebind: expected a bool, got {type(rebind).__name__}")
-    if not isinstance(verify_choice, bool):
-        raise TypeError(f"verify_choice: expected a bool, got {type(verify_choice).__name__}")
+    if verify_choice is not None and not isinstance(verify_choice, bool):
+        raise TypeError(f"verify_choice: expected a bool or None, got {type(verify_choice).__name__}")
     if algorithm != algorithms.AUTO and profile is not None:
         raise TypeError(f"profile: only algorithm='auto' chooses by a profile; {algorithm!r} runs as named")
     if algorithm != algorithms.AUTO and verify_choice:
