@@ -76,6 +76,11 @@ for form in args.forms.split(","):
             q1, med, q3 = numpy.percentile(ratio, [25, 50, 75])
             line.append(f"{name}/native median {med:.3f} ({q1:.3f}-{q3:.3f})")
         print("  ".join(line), flush=True)
+if "auto" in NAMES:  # what auto ran per form after the timed calls, and why
+    for form in args.forms.split(","):
+        explained = comms["auto"].plan_stats("alltoall", block_bytes=args.bytes, form=form)["auto"]
+        if rank == 0:
+            print(f"auto {form}: {explained['algorithm']} ({explained['reason']})")
 if rank == 0:
     print(f"{size} ranks, {args.edges} edges, {args.bytes} B blocks, {library_version()}")
 graph.Free()

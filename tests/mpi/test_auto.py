@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 import sparsecoll
 from sparsecoll.model.profile import BUILTIN, Load, Profile
-from sparsecoll.runtime.auto import REPEATS, TRIALS
+from sparsecoll.runtime.auto import CHECK_CALLS, CHECK_WARMUP, REPEATS
 
 from . import cases
 
@@ -194,7 +194,7 @@ def test_verify_choice_agrees_on_every_rank():
     with random_graph(8, 0.8) as raw:
         comm = sparsecoll.wrap(raw, profile=scaled_profile(per_call=0.0, per_step=0.0, overhead=30.0),
                                verify_choice=True)
-        for _ in range(2 * TRIALS + 3):
+        for _ in range(CHECK_CALLS + 3):
             assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
         chosen = comm.resolved_algorithm("alltoall")
         assert_same_on_every_rank(chosen)
@@ -205,14 +205,16 @@ class LosingClock:
     the choice (even calls) and 1 ms when it runs native (odd ones), so the choice loses (or
     the seconds given)."""
 
-    def __init__(self, choice: float = 1.0, native: float = 0.001):
+    def __init__(self, choice: float = 1.0, native: float = 0.001, cold_choice: float | None = None):
         self.reads = 0
         self.choice, self.native = choice, native
+        self.cold_choice = choice if cold_choice is None else cold_choice  # the untimed warm-up pairs' choice
 
     def perf_counter(self) -> float:
         self.reads += 1
         call, ending = divmod(self.reads - 1, 2)
-        return float(call) + (0.0 if not ending else self.choice if call % 2 == 0 else self.native)
+        choice = self.cold_choice if call < 2 * CHECK_WARMUP else self.choice
+        return float(call) + (0.0 if not ending else choice if call % 2 == 0 else self.native)
 
 
 def slow_library() -> Profile:
@@ -235,7 +237,7 @@ def test_the_online_checks_verdict_outlives_a_new_decision(monkeypatch):
         assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
         before = comm.plan_stats("alltoall", block_bytes=8)["auto"]
         assert before["predicted_winner"] != "native", before
-        for _ in range(2 * TRIALS):
+        for _ in range(CHECK_CALLS):
             assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
         checked = comm.plan_stats("alltoall", block_bytes=8)["auto"]
         assert checked["algorithm"] == "native" and "online check" in checked["reason"], checked
@@ -257,14 +259,30 @@ def test_the_online_check_runs_by_default_and_not_with_false(verify_choice, monk
     monkeypatch.setattr(auto, "time", clock)
     with two_ring() as raw:
         comm = sparsecoll.wrap(raw, profile=slow_library(), verify_choice=verify_choice)
-        for _ in range(2 * TRIALS + 2):
+        for _ in range(CHECK_CALLS + 2):
             assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
         after = comm.plan_stats("alltoall", block_bytes=8)["auto"]
         if verify_choice is False:
             assert after["algorithm"] != "native" and clock.reads == 0, after
         else:
             assert after["algorithm"] == "native" and "online check" in after["reason"], after
-            assert clock.reads == 2 * 2 * TRIALS  # the check's calls only: a settled class reads no clock
+            assert clock.reads == 2 * CHECK_CALLS  # the check's calls only: a settled class reads no clock
+        assert_same_on_every_rank(after["algorithm"])
+
+
+def test_the_online_checks_warm_up_calls_do_not_count(monkeypatch):
+    """A choice's first calls in a process run cold (its Python code, its first binding): they
+    made the check send a choice at half the library's time to the library. Here the warm-up
+    pairs take the choice 1 s and the timed pairs 1 ms against native's 2 ms: the choice stays."""
+    from sparsecoll.runtime import auto
+    clock = LosingClock(choice=0.001, native=0.002, cold_choice=1.0)
+    monkeypatch.setattr(auto, "time", clock)
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw, profile=slow_library())
+        for _ in range(CHECK_CALLS + 2):
+            assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
+        after = comm.plan_stats("alltoall", block_bytes=8)["auto"]
+        assert after["algorithm"] != "native" and clock.reads == 2 * CHECK_CALLS, after
         assert_same_on_every_rank(after["algorithm"])
 
 
@@ -282,11 +300,11 @@ def test_the_online_check_decides_on_the_slowest_ranks_times(monkeypatch):
             monkeypatch.setattr(auto, "time", clock)
             comm = sparsecoll.wrap(raw.Dup(), profile=slow_library())  # a handle of its own: decides anew
             try:
-                for _ in range(2 * TRIALS + 3):
+                for _ in range(CHECK_CALLS + 3):
                     assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
                 after = comm.plan_stats("alltoall", block_bytes=8)["auto"]
                 assert (after["algorithm"] == "native") == expected_native, after
-                assert clock.reads == 2 * 2 * TRIALS
+                assert clock.reads == 2 * CHECK_CALLS
                 assert_same_on_every_rank(after["algorithm"])
             finally:
                 comm.Free()

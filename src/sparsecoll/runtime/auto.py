@@ -40,17 +40,18 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   class over ranks: calls never look at their block size (the check against the weights
   runs before, on every call).
 * **Online check of blocking calls** (on by default; ``verify_choice=False`` turns it off): the
-  first :data:`TRIALS` pairs of blocking calls of a class whose choice is not ``native``
-  alternate the choice and ``native``; one allreduce takes each call's time to the slowest
-  rank's, and the class switches to ``native`` for good if the median of the choice's calls
-  exceeds native's. It only ever moves a class to the library, so at worst it costs a win; it
-  is on by default because the model's inputs are measured in ``calibrate``'s program, not the
-  user's: on the 16-core machine (``benchmarks/16core/README.md``, run c) MPICH's blocking 8 and
-  256 B alltoalls on the stencil and Moore neighborhoods ran `cartesian` at 0.78-0.92 x the
-  library's call in the bench with every algorithm (and in ``calibrate``, 0.85 x), but at
-  1.08-1.20 x in a program calling only the library and auto. Its cost is once per size
-  class: :data:`TRIALS` calls of the library's and one allreduce. Nonblocking calls are not
-  checked (their time ends in the user's ``Wait``).
+  first blocking calls of a class whose choice is not ``native`` alternate the choice and
+  ``native``, :data:`CHECK_WARMUP` pairs untimed, then :data:`TRIALS` pairs timed; one
+  allreduce takes each timed call's time to the slowest rank's, and the class switches to
+  ``native`` for good if the median of the choice's calls exceeds native's. It only ever moves
+  a class to the library, so at worst it costs a win; it is on by default because the model's
+  inputs are measured in ``calibrate``'s program, not the user's: on the 16-core machine
+  (``benchmarks/16core/README.md``, run c) MPICH's blocking 8 and 256 B alltoalls on the
+  stencil and Moore neighborhoods ran `cartesian` at 0.78-0.92 x the library's call in the
+  bench with every algorithm (and in ``calibrate``, 0.85 x), but at 1.08-1.20 x in a program
+  calling only the library and auto. Its cost is once per size class: :data:`CHECK_CALLS` / 2
+  calls of the library's and one allreduce. Nonblocking calls are not checked (their time
+  ends in the user's ``Wait``).
 * **Trial of a persistent request** (``verify_choice=True`` only): a persistent request is made
   to be started many times, and its init is collective, so there the model's choice and
   its near misses can be measured. Where the model chose a candidate, or kept ``native``
@@ -95,6 +96,13 @@ REPEATS = 8
 MAX_KEPT_SIZES = 64
 #: Pairs of (choice, native) blocking calls timed by the online check per size class.
 TRIALS = 5
+#: Pairs of the online check run before those, untimed: a choice's first calls in a process run
+#: its Python code cold (on the 2-core VM, 2 ranks, 8 B: 350, 20, 10, then 7-8 us against the
+#: library's 13-15), which made the check send ``direct`` at half the library's time to the library
+#: on the 16-core machine.
+CHECK_WARMUP = 3
+#: Blocking calls of one size class the online check runs.
+CHECK_CALLS = 2 * (CHECK_WARMUP + TRIALS)
 #: Timed starts of each request in the trial of a persistent request (after the calibration's WARMUP).
 PERSISTENT_TRIALS = 25
 #: A built candidate predicted at most this times native's time is tried against it at a persistent init.
@@ -285,7 +293,7 @@ class AutoDispatch:
         they run native from then on, whatever a later :meth:`decide` predicts (measured
         outranks predicted)."""
         return [size_class for size_class, (times, chosen, native) in self._trials.items()
-                if len(times) == 2 * TRIALS and chosen > native]
+                if len(times) == CHECK_CALLS and chosen > native]
 
     def _library_limit(self, row) -> int:
         """Receive-buffer bytes under which every call of a form with this table row is the library's.
@@ -389,8 +397,8 @@ class AutoDispatch:
         if form == "blocking" and size_class in self._checked_native():
             _, chosen_seconds, native_seconds = self._trials[size_class]
             why = (f"the online check measured the model's choice at {chosen_seconds * 1e6:.2f} us "
-                   f"and native at {native_seconds * 1e6:.2f} us (medians of {TRIALS} calls each, the slowest "
-                   f"rank's times): native runs this size from then on")
+                   f"and native at {native_seconds * 1e6:.2f} us (medians of {TRIALS} calls each after "
+                   f"{CHECK_WARMUP} untimed, the slowest rank's times): native runs this size from then on")
         return {"algorithm": runs, "trial": trial, "predicted_winner": winner, "form": form, "block_bytes": block_bytes,
                 "size_class": size_class, "pinned": self.pinned is not None, "predicted_seconds": predicted,
                 "estimated": sorted(n for n in predicted if n != model.NATIVE and not family.built(n)),
@@ -584,14 +592,15 @@ class AutoDispatch:
     def _check_pending(self, size_class: int, name: str) -> bool:
         """Whether a blocking call of ``size_class`` that would run ``name`` is one of the online
         check's calls: a choice that is not ``native``, where native may run, checks on, the
-        class's :data:`TRIALS` pairs not all run (every rank alike: the same calls, the same choice)."""
+        class's :data:`CHECK_CALLS` not all run (every rank alike: the same calls, the same choice)."""
         return (name != model.NATIVE and self._plan.checks_blocking and self.native_allowed
-                and len(self._trials.get(size_class, ((),))[0]) < 2 * TRIALS)
+                and len(self._trials.get(size_class, ((),))[0]) < CHECK_CALLS)
 
     def _checked_call(self, size_class: int, name: str, sendbuf, recvbuf) -> None:
         """One call of the online check: the choice (even calls) or native (odd ones), timed. At the
-        last, one allreduce takes each call's time to the slowest rank's, and the class runs
-        native for good where the median of the choice's calls exceeds native's."""
+        last, one allreduce takes each call's time after the :data:`CHECK_WARMUP` pairs to the
+        slowest rank's, and the class runs native for good where the median of the choice's
+        calls exceeds native's."""
         state = self._trials.setdefault(size_class, ([], 0.0, 0.0))
         times = state[0]
         runs_native = len(times) % 2 == 1
@@ -602,9 +611,9 @@ class AutoDispatch:
             call = self._call_plan(name)
             call.runtime.blocking(call, sendbuf, recvbuf)
         times.append(time.perf_counter() - start)
-        if len(times) == 2 * TRIALS:
+        if len(times) == CHECK_CALLS:
             worst = numpy.empty(2 * TRIALS)
-            self._comm_runtime.private.Allreduce(numpy.array(times), worst, op=MPI.MAX)
+            self._comm_runtime.private.Allreduce(numpy.array(times[2 * CHECK_WARMUP:]), worst, op=MPI.MAX)
             chosen, native = float(numpy.median(worst[0::2])), float(numpy.median(worst[1::2]))
             self._trials[size_class] = (times, chosen, native)
             if chosen > native:
