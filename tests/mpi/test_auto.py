@@ -742,6 +742,37 @@ def test_a_nonblocking_call_before_the_decision_makes_no_collective_set_up():
         comm.Free()  # the wrapper's handle is cart's
 
 
+def test_a_nonblocking_call_after_the_decision_makes_no_collective_set_up(monkeypatch):
+    """After the decision, where the library may not run (Open MPI, ompi#14430, as above), a
+    nonblocking call whose table choice no blocking or persistent call had set up ran that
+    choice, set up in the call: with ``coloring=True`` a protocol colored its Pattern there. It now
+    runs what the calls before the decision run (``direct`` set up locally). The table is stubbed:
+    blocking calls run ``common_neighbor``, nonblocking ones ``direct`` (whose coloring no blocking
+    call made). (Elsewhere the call is the library's, and the test passes either way.)"""
+    from sparsecoll.model import choice
+    if SIZE < 2:
+        pytest.skip("needs 2 ranks")
+    monkeypatch.setattr(choice, "decide", lambda seconds, native_allowed=True:
+                        [[name] * choice.CLASSES for name in ("common_neighbor", "direct", "direct")])
+    dims = [2, SIZE // 2] if SIZE % 2 == 0 else [1, SIZE]
+    cart = WORLD.Create_cart(dims, [True, True])
+    comm = sparsecoll.wrap(cart, coloring=True)
+    try:
+        block, degree = 8, 4
+        send = numpy.concatenate([numpy.full(block, RANK * 16 + j, "u1") for j in range(degree)])
+        neighbors = [rank for dimension in range(2) for rank in cart.Shift(dimension, 1)]
+        expected = numpy.concatenate([numpy.full(block, neighbors[i] * 16 + (i ^ 1), "u1") for i in range(degree)])
+        recv = numpy.zeros(degree * block, "u1")
+        comm.Neighbor_alltoall(send, recv)  # decides; runs common_neighbor (built collectively: a blocking call)
+        assert recv.tobytes() == expected.tobytes()
+        recv[:] = 0
+        request = cases.started_after_rank_0(lambda: comm.Ineighbor_alltoall(send, recv))
+        request.Wait()
+        assert recv.tobytes() == expected.tobytes()
+    finally:
+        comm.Free()  # the wrapper's handle is cart's
+
+
 @pytest.mark.timeout(120)
 def test_a_protocol_candidate_predicted_to_win_is_built_at_the_repeats_th_blocking_call():
     """The module's rule: blocking calls of one size class run the best built candidate until the

@@ -32,7 +32,8 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   so it pays only in a loop; a signature seen 8 times is a loop, not set-up. A nonblocking
   call never builds nor sets up anything collectively (MPI's nonblocking calls are local): it
   runs the table's choice once a blocking or persistent call has set it up, the library's call
-  until then (:meth:`AutoDispatch._local_choice`). ``loggp_tree``
+  until then, or, where the library's may not run, ``direct`` set up locally
+  (:meth:`AutoDispatch._local_choice`). ``loggp_tree``
   has no estimate and is not a candidate (:mod:`sparsecoll.model.choice` says why).
 * **Exact bytes** (``cdag_exact_byte_communications``, :mod:`.persistence`): the weights are
   every call's bytes, so the first call's class comes from the weights (the mean out-edge
@@ -110,6 +111,10 @@ TRIAL_BAND = 1.0
 #: A tried candidate replaces ``native`` if its measured time is at most this times native's.
 TRIAL_WIN = 0.95
 LAST_CLASS = model.CLASSES - 1
+#: What a nonblocking call runs where neither its choice (not set up) nor the library's call may
+#: run: ``direct`` without transformations that run a protocol
+#: (:meth:`sparsecoll.runtime.communicator.CommRuntime.local_direct`).
+LOCAL_DIRECT = "direct, set up locally"
 UNKNOWN = -1  # a rank that cannot tell the block size of a regular call (no edge in the alltoall family)
 
 
@@ -490,6 +495,8 @@ class AutoDispatch:
         name = self._local_choice(size_class) if form == "nonblocking" else self.choose(form, size_class)
         if form == "blocking" and self._check_pending(size_class, name):
             return partial(self._checked_call, size_class, name)
+        if name == LOCAL_DIRECT:  # never final: the table's choice takes over once set up
+            return self._comm_runtime.local_direct(self._plan, self.collective)
         if name == model.NATIVE:
             run = self._native[form]
         else:
@@ -517,13 +524,14 @@ class AutoDispatch:
         after entering the same call). The table's choice where it is built and its call plan made
         (by an earlier blocking or persistent call: at the same call on every rank, as every rank
         makes the same calls), else the library's call, which needs none; where the library may
-        not run (a fault of its on this neighborhood), the choice as it is (set up in the call)."""
+        not run (a fault of its on some rank's neighborhood, agreed at the first call),
+        :data:`LOCAL_DIRECT`, the stand-in the calls before the decision run there (it ran the
+        choice, set up in the call: with ``coloring`` a protocol, which hung where a rank entered
+        the call after its peer's had returned)."""
         name = self.choose("nonblocking", size_class, counts=False)
         if name == model.NATIVE or (self._family.built(name) and name in self._calls):
             return name
-        if self.native_allowed:
-            return model.NATIVE
-        return self.choose("nonblocking", size_class)
+        return model.NATIVE if self.native_allowed else LOCAL_DIRECT
 
     def blocking(self, _, sendbuf, recvbuf):
         """A blocking call: the chosen algorithm (timed against native while the online check runs)."""

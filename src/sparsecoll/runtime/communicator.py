@@ -285,6 +285,13 @@ class CommRuntime:
         orders sends and changes no data), so its first call agrees on nothing."""
         if local_nonblocking_library_fault(self.topology, library_name()) is None:
             return library_method
+        return self.local_direct(plan, collective)
+
+    def local_direct(self, plan: Plan, collective: str):
+        """A nonblocking call of ``direct`` with ``plan``'s options less the transformations that
+        run a protocol (:func:`~sparsecoll.algorithms.without_protocol_transformations`), as a
+        callable of ``(sendbuf, recvbuf)``: made and run without agreeing on anything, so a
+        nonblocking call of an auto plan may run it where the library's may not run."""
         options = MappingProxyType(algorithms.without_protocol_transformations(plan.options))
         local = replace(plan.resolved("direct"), options=options, executor=execute.DEFAULT_EXECUTOR)
         assert algorithms.builds_locally(local.algorithm, local.options)
