@@ -725,21 +725,27 @@ def test_a_nonblocking_call_before_the_decision_makes_no_collective_set_up():
     inside the call, and the program below hung. (Elsewhere the call is the library's.)"""
     if SIZE < 2:
         pytest.skip("needs 2 ranks")
-    dims = [2, SIZE // 2] if SIZE % 2 == 0 else [1, SIZE]
-    cart = WORLD.Create_cart(dims, [True, True])
-    comm = sparsecoll.wrap(cart, coloring=True)
+    comm, send, expected = ompi_fault_cart_case()
     try:
-        block = 8
-        degree = 4
-        send = numpy.concatenate([numpy.full(block, RANK * 16 + j, "u1") for j in range(degree)])
-        recv = numpy.zeros(degree * block, "u1")
+        recv = numpy.zeros_like(expected)
         request = cases.started_after_rank_0(lambda: comm.Ineighbor_alltoall(send, recv))  # the wrapper's first call
         request.Wait()
-        neighbors = [rank for dimension in range(2) for rank in cart.Shift(dimension, 1)]
-        expected = numpy.concatenate([numpy.full(block, neighbors[i] * 16 + (i ^ 1), "u1") for i in range(degree)])
         assert recv.tobytes() == expected.tobytes()
     finally:
-        comm.Free()  # the wrapper's handle is cart's
+        comm.Free()  # the wrapper's handle is the Cartesian communicator's
+
+
+def ompi_fault_cart_case():
+    """``(wrapped, send, expected)``: an auto wrapper with ``coloring=True`` of a Cartesian
+    communicator with a periodic dimension of 1 or 2 ranks (ompi#14430 on Open MPI), and an 8-byte
+    block alltoall's send array and the standard's result."""
+    dims = [2, SIZE // 2] if SIZE % 2 == 0 else [1, SIZE]
+    cart = WORLD.Create_cart(dims, [True, True])
+    block, degree = 8, 4
+    send = numpy.concatenate([numpy.full(block, RANK * 16 + j, "u1") for j in range(degree)])
+    neighbors = [rank for dimension in range(2) for rank in cart.Shift(dimension, 1)]
+    expected = numpy.concatenate([numpy.full(block, neighbors[i] * 16 + (i ^ 1), "u1") for i in range(degree)])
+    return sparsecoll.wrap(cart, coloring=True), send, expected
 
 
 def test_a_nonblocking_call_after_the_decision_makes_no_collective_set_up(monkeypatch):
@@ -754,15 +760,9 @@ def test_a_nonblocking_call_after_the_decision_makes_no_collective_set_up(monkey
         pytest.skip("needs 2 ranks")
     monkeypatch.setattr(choice, "decide", lambda seconds, native_allowed=True:
                         [[name] * choice.CLASSES for name in ("common_neighbor", "direct", "direct")])
-    dims = [2, SIZE // 2] if SIZE % 2 == 0 else [1, SIZE]
-    cart = WORLD.Create_cart(dims, [True, True])
-    comm = sparsecoll.wrap(cart, coloring=True)
+    comm, send, expected = ompi_fault_cart_case()
     try:
-        block, degree = 8, 4
-        send = numpy.concatenate([numpy.full(block, RANK * 16 + j, "u1") for j in range(degree)])
-        neighbors = [rank for dimension in range(2) for rank in cart.Shift(dimension, 1)]
-        expected = numpy.concatenate([numpy.full(block, neighbors[i] * 16 + (i ^ 1), "u1") for i in range(degree)])
-        recv = numpy.zeros(degree * block, "u1")
+        recv = numpy.zeros_like(expected)
         comm.Neighbor_alltoall(send, recv)  # decides; runs common_neighbor (built collectively: a blocking call)
         assert recv.tobytes() == expected.tobytes()
         recv[:] = 0
@@ -770,7 +770,7 @@ def test_a_nonblocking_call_after_the_decision_makes_no_collective_set_up(monkey
         request.Wait()
         assert recv.tobytes() == expected.tobytes()
     finally:
-        comm.Free()  # the wrapper's handle is cart's
+        comm.Free()  # the wrapper's handle is the Cartesian communicator's
 
 
 @pytest.mark.timeout(120)

@@ -207,9 +207,8 @@ class AutoDispatch:
         self._native = native_methods  # form -> the library's method (bound to the wrapper)
         self._calls: dict = {}  # algorithm -> CallPlan
         self._seen: dict = {}  # size class -> calls so far
-        #: size class -> (this rank's times of the online check's calls, then the agreed medians of
-        #: the choice's and native's)
-        self._trials: dict = {}
+        self._check_times: dict = {}  # size class -> this rank's times of the online check's calls so far
+        self._trials: dict = {}  # size class -> the online check's agreed medians (choice, native) once over
         #: size class -> the trial of a persistent request of that class: {candidate, seconds, winner}
         self.persistent_trials: dict = {}
         self._library_only: set = set()  # forms every call sends straight to the library, for good
@@ -297,8 +296,7 @@ class AutoDispatch:
         """The blocking size classes whose online check the choice lost (agreed medians in ``_trials``):
         they run native from then on, whatever a later :meth:`decide` predicts (measured
         outranks predicted)."""
-        return [size_class for size_class, (times, chosen, native) in self._trials.items()
-                if len(times) == CHECK_CALLS and chosen > native]
+        return [size_class for size_class, (chosen, native) in self._trials.items() if chosen > native]
 
     def _library_limit(self, row) -> int:
         """Receive-buffer bytes under which every call of a form with this table row is the library's.
@@ -400,7 +398,7 @@ class AutoDispatch:
                     f"{trial['winner']} "
                     f"(a candidate needs at most {TRIAL_WIN} x native's time)")
         if form == "blocking" and size_class in self._checked_native():
-            _, chosen_seconds, native_seconds = self._trials[size_class]
+            chosen_seconds, native_seconds = self._trials[size_class]
             why = (f"the online check measured the model's choice at {chosen_seconds * 1e6:.2f} us "
                    f"and native at {native_seconds * 1e6:.2f} us (medians of {TRIALS} calls each after "
                    f"{CHECK_WARMUP} untimed, the slowest rank's times): native runs this size from then on")
@@ -600,17 +598,16 @@ class AutoDispatch:
     def _check_pending(self, size_class: int, name: str) -> bool:
         """Whether a blocking call of ``size_class`` that would run ``name`` is one of the online
         check's calls: a choice that is not ``native``, where native may run, checks on, the
-        class's :data:`CHECK_CALLS` not all run (every rank alike: the same calls, the same choice)."""
+        class's check not over (every rank alike: the same calls, the same choice)."""
         return (name != model.NATIVE and self._plan.checks_blocking and self.native_allowed
-                and len(self._trials.get(size_class, ((),))[0]) < CHECK_CALLS)
+                and size_class not in self._trials)
 
     def _checked_call(self, size_class: int, name: str, sendbuf, recvbuf) -> None:
         """One call of the online check: the choice (even calls) or native (odd ones), timed. At the
         last, one allreduce takes each call's time after the :data:`CHECK_WARMUP` pairs to the
         slowest rank's, and the class runs native for good where the median of the choice's
         calls exceeds native's."""
-        state = self._trials.setdefault(size_class, ([], 0.0, 0.0))
-        times = state[0]
+        times = self._check_times.setdefault(size_class, [])
         runs_native = len(times) % 2 == 1
         start = time.perf_counter()
         if runs_native:
@@ -623,7 +620,8 @@ class AutoDispatch:
             worst = numpy.empty(2 * TRIALS)
             self._comm_runtime.private.Allreduce(numpy.array(times[2 * CHECK_WARMUP:]), worst, op=MPI.MAX)
             chosen, native = float(numpy.median(worst[0::2])), float(numpy.median(worst[1::2]))
-            self._trials[size_class] = (times, chosen, native)
+            self._trials[size_class] = (chosen, native)
+            del self._check_times[size_class]
             if chosen > native:
                 f = FORMS.index("blocking")
                 self.table[f][size_class] = self.fallback[f][size_class] = model.NATIVE

@@ -380,12 +380,8 @@ class ScheduleRequest:
             if self._single is not None and not ENGINE.pending:
                 wait_stage(self._current)
                 self._current = None
-            elif other_threads_may_call_in():
-                while not self._messages_done():  # never blocks in MPI holding the engine's lock
-                    _yield()  # (releases the GIL too)
             else:
-                with ENGINE.lock:
-                    ENGINE.wait(self)
+                wait_for_messages(self)
         if status is not None:
             _empty(status)
         self._complete()
@@ -527,8 +523,8 @@ def wait_for_messages(request: ScheduleRequest) -> None:
     if request._current is None:
         return
     if other_threads_may_call_in():
-        while not request._messages_done():
-            _yield()
+        while not request._messages_done():  # never blocks in MPI holding the engine's lock
+            _yield()  # (releases the GIL too)
     else:
         with ENGINE.lock:
             ENGINE.wait(request)
