@@ -16,7 +16,7 @@ from mpi4py import MPI
 
 from sparsecoll.algorithms.direct import direct_pattern
 from sparsecoll.bind import bind, has_transit
-from sparsecoll.buffers import Blocks, parse_simple, parse_vector, parse_w
+from sparsecoll.buffers import Blocks, element_size, mixes_basic_types, parse_simple, parse_vector, parse_w
 from sparsecoll.pattern import RECV, SEND, Message, Pattern, Step, dependencies, stats
 from sparsecoll.topology import PROC_NULL, cart_topology, graph_topology
 from sparsecoll.verify import VerificationError, verify
@@ -211,6 +211,49 @@ def test_bind_uses_temp_space_forwarding_and_copies():
     address = s3.steps[0][1][0].pieces[0][0]
     assert s3.temp is not None and s3.temp.ctypes.data <= address < s3.temp.ctypes.data + s3.temp.nbytes
     assert s3.steps[1][0][0].pieces[0][0] == address
+
+
+def test_bind_takes_relayed_items_as_bytes_where_the_rule_says_so():
+    """Rank 2 gets rank 0's block relayed by rank 1: with ``relayed_as_bytes`` answering yes it
+    lands in temporary ``MPI_PACKED`` bytes (the block's 12 bytes) and a local copy fills both
+    receive blocks; answering no, straight in the first block as before. Rank 1 gets the block
+    from its origin, so it is never asked."""
+    t = {1: graph_topology(1, 3, [0], []), 2: graph_topology(2, 3, [0, 0], [])}
+    patterns = {1: Pattern("allgather", 1, (Step((), (Message(0, ((0,),)),)), Step((Message(2, ((0,),)),), ()))),
+                2: Pattern("allgather", 2, (Step(), Step((), (Message(1, ((0,),)),))))}
+    asked = []
+
+    def rule(answer):
+        def relayed_as_bytes(message):
+            asked.append(message)
+            return answer
+        return relayed_as_bytes
+    recv2 = _blocks(9000, [3, 3])
+    as_bytes = bind(patterns[2], t[2], _blocks(200, [3]), recv2, relayed_as_bytes=rule(True))
+    (piece,) = as_bytes.steps[1][1][0].pieces
+    assert piece[1:] == (12, MPI.PACKED) and as_bytes.temp is not None
+    assert as_bytes.copies == [(piece, recv2.piece(0)), (piece, recv2.piece(1))]
+    typed = bind(patterns[2], t[2], _blocks(200, [3]), recv2, relayed_as_bytes=rule(False))
+    assert typed.steps[1][1][0].pieces == (recv2.piece(0),) and typed.temp is None
+    assert asked == [Message(1, ((0,),))] * 2
+    bind(patterns[1], t[1], _blocks(100, [3]), _blocks(7000, [3]), relayed_as_bytes=rule(True))
+    assert len(asked) == 2
+
+
+def test_element_size_of_datatypes():
+    """The one size of a datatype's basic elements, 0 where they differ."""
+    pair = MPI.Datatype.Create_struct([1, 1], [0, 8], [MPI.CHAR, MPI.DOUBLE]).Commit()
+    ints = MPI.Datatype.Create_struct([2, 1], [0, 12], [MPI.INT32_T, MPI.INT32_T]).Commit()
+    strided = MPI.DOUBLE.Create_vector(3, 1, 2).Commit()
+    try:
+        assert [element_size(t) for t in (MPI.DOUBLE, MPI.BYTE, pair, ints, strided, MPI.DOUBLE_INT, MPI.TWOINT)] \
+            == [8, 1, 0, 4, 8, 0, 4]
+        assert not mixes_basic_types(Blocks(0, (1, 1), (0, 8), (MPI.DOUBLE, strided)))
+        assert not mixes_basic_types(Blocks(0, (1, 1), (0, 8), (MPI.INT32_T, ints)))
+        assert mixes_basic_types(Blocks(0, (1, 1), (0, 8), (MPI.INT32_T, strided)))
+    finally:
+        for datatype in (pair, ints, strided):
+            datatype.Free()
 
 
 def test_stats_count_messages_and_items():

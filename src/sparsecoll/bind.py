@@ -10,6 +10,9 @@ the items it carries:
   passing through, gets a slot in temporary space;
 * an item is forwarded from wherever it last arrived (so combining algorithms send
   from the receive buffer where they can);
+* where ``relayed_as_bytes(message)`` says so, an item of that message that comes from a rank
+  other than its origin is stored in temporary space as ``MPI_PACKED`` bytes, never straight
+  in a receive block (see :func:`bind`);
 * receive blocks still unfilled after the last step are filled by local copies from
   the item's location (repeated sources served by one arrival, self loops).
 
@@ -26,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy
+from mpi4py import MPI
 
 from .buffers import Blocks, span
 from .pattern import ALLGATHER, Pattern, dependencies
@@ -56,15 +60,25 @@ class Schedule:
 
 
 def bind(pattern: Pattern, topology: Topology, send: Blocks, recv: Blocks,
-         transit_size: Callable | None = None) -> Schedule:
+         transit_size: Callable | None = None, relayed_as_bytes: Callable | None = None) -> Schedule:
     """Bind one rank's Pattern to the call's send and receive blocks.
 
     ``transit_size(item) -> (count, datatype)`` gives the layout of an item that is
     stored in temporary space (only needed by multi-step algorithms). Three phases:
     place every arrival (:class:`_Placement`), fill the rest by local copies, then lay out
     the temporary space and resolve the pieces that live there.
+
+    ``relayed_as_bytes(message)`` (asked for each received message that carries an item from a
+    rank other than its origin): whether those items are received as ``MPI_PACKED`` bytes into
+    temporary space (the receive blocks that want them are then filled by local copies). A
+    relaying rank may hold an item as bytes (where it does not know the program's datatype) and
+    then sends it as bytes; MPI lets those be received in the program's datatype, but MPICH
+    5.0.2 unpacks a message's segments whole basic elements at a time and fails ("signature does
+    not match") where a segment ends inside one: a segment of bytes can end anywhere unless every
+    element of the message has one size. An item from its origin comes in the origin's
+    datatype, whose elements the receive datatype's match one for one, and is received as before.
     """
-    placement = _Placement(pattern, topology, send, recv, transit_size)
+    placement = _Placement(pattern, topology, send, recv, transit_size, relayed_as_bytes)
     steps = [placement.step(step) for step in pattern.steps]
     copies = placement.copies()
     temp, fix = _temporary_space(placement.temp_layouts)
@@ -80,10 +94,12 @@ class _Placement:
     """Where each item is read from and written to, step by step (pieces in temporary space
     are ``("temp", index, count, datatype)`` until :func:`_temporary_space` resolves them)."""
 
-    def __init__(self, pattern: Pattern, topology: Topology, send: Blocks, recv: Blocks, transit_size):
+    def __init__(self, pattern: Pattern, topology: Topology, send: Blocks, recv: Blocks, transit_size,
+                 relayed_as_bytes: Callable | None = None):
         family = pattern.family
         self.recv = recv
         self.transit_size = transit_size
+        self.relayed_as_bytes = relayed_as_bytes
         self.home = {}           # item -> piece it is read from when sent (first: its origin)
         for k, item in enumerate(topology.send_items(family)):
             if item is not None and item not in self.home:
@@ -98,23 +114,40 @@ class _Placement:
     def step(self, step) -> tuple:
         """``(sends, recvs)`` of one step as messages of (possibly temporary) pieces."""
         sends = [BoundMessage(m.peer, tuple(self.home[item] for item in m.items)) for m in step.sends]
-        recvs = [BoundMessage(m.peer, tuple(self._arrival(item) for item in m.items)) for m in step.recvs]
+        recvs = []
+        for m in step.recvs:
+            relayed = [item[0] != m.peer for item in m.items]
+            as_bytes = any(relayed) and self.relayed_as_bytes is not None and bool(self.relayed_as_bytes(m))
+            recvs.append(BoundMessage(m.peer, tuple(self._arrival(item, as_bytes and from_relay)
+                                                    for item, from_relay in zip(m.items, relayed))))
         return sends, recvs
 
-    def _arrival(self, item):
-        """The piece an arrival of ``item`` is written to: its next unfilled receive block, else temporary space."""
-        free = next((b for b in self.wanted.get(item, ()) if b not in self.filled), None)
+    def _arrival(self, item, as_bytes: bool):
+        """The piece an arrival of ``item`` is written to: its next unfilled receive block, else
+        (or ``as_bytes``) temporary space."""
+        free = None if as_bytes else next((b for b in self.wanted.get(item, ()) if b not in self.filled), None)
         if free is not None:
             self.filled.add(free)
             piece = self.recv.piece(free)
         else:
-            if self.transit_size is None:
-                raise ValueError(f"bind: item {item} needs temporary space but its size is unknown")
-            count, datatype = self.transit_size(item)
+            count, datatype = self._slot_layout(item, as_bytes)
             piece = ("temp", len(self.temp_layouts), count, datatype)
             self.temp_layouts.append((count, datatype))
         self.home[item] = piece
         return piece
+
+    def _slot_layout(self, item, as_bytes: bool) -> tuple:
+        """``(count, datatype)`` of a temporary slot for ``item``: its transit layout, or as bytes
+        the size of a receive block that wants it."""
+        if self.transit_size is not None:
+            count, datatype = self.transit_size(item)
+        elif as_bytes and self.wanted.get(item):
+            _, count, datatype = self.recv.piece(self.wanted[item][0])
+        else:
+            raise ValueError(f"bind: item {item} needs temporary space but its size is unknown")
+        if as_bytes and datatype != MPI.PACKED:
+            count, datatype = count * datatype.Get_size(), MPI.PACKED
+        return count, datatype
 
     def copies(self) -> list:
         """``(source, destination)`` local copies for the receive blocks no arrival filled."""

@@ -99,6 +99,44 @@ def datatype_key(datatype: MPI.Datatype) -> tuple:
     return (id(datatype), datatype.handle, datatype.Get_size(), datatype.Get_extent(), datatype.Get_true_extent())
 
 
+def predefined_leaves(datatype: MPI.Datatype) -> list:
+    """The distinct predefined datatypes ``datatype`` is built of (itself if predefined)."""
+    leaves: dict = {}
+    _collect_leaves(datatype, leaves)
+    return list(leaves.values())
+
+
+def _collect_leaves(datatype: MPI.Datatype, leaves: dict) -> None:
+    if datatype.is_predefined:
+        leaves[datatype.handle] = datatype
+        return
+    first, _, params = datatype.decode()
+    children = params.get("datatypes") or [first]
+    for child in children:
+        _collect_leaves(child, leaves)
+    for child in {c.handle: c for c in list(children) + [first]}.values():
+        if not child.is_predefined and child.handle != datatype.handle:
+            child.Free()
+
+
+#: Predefined pair types: the size of both their elements, 0 where the two differ.
+_PAIR_ELEMENTS = {t.handle: size for t, size in ((MPI.TWOINT, 4), (MPI.FLOAT_INT, 4), (MPI.DOUBLE_INT, 0),
+                                                  (MPI.LONG_INT, 0), (MPI.SHORT_INT, 0), (MPI.LONG_DOUBLE_INT, 0))}
+
+
+def element_size(datatype: MPI.Datatype) -> int:
+    """The size of every basic element of ``datatype``, or 0 where they differ (a struct of a
+    char and a double, ``MPI_DOUBLE_INT``)."""
+    sizes = {_PAIR_ELEMENTS.get(leaf.handle, leaf.Get_size()) for leaf in predefined_leaves(datatype)}
+    return sizes.pop() if len(sizes) == 1 else 0
+
+
+def mixes_basic_types(blocks: Blocks) -> bool:
+    """Whether the blocks' datatypes hold basic elements of more than one size."""
+    sizes = {element_size(t) for t in {id(t): t for t in blocks.types}.values()}
+    return 0 in sizes or len(sizes) > 1
+
+
 def as_datatype(obj, arg: str) -> MPI.Datatype:
     """Return a valid, committed MPI datatype for ``obj`` or raise naming ``arg``."""
     if isinstance(obj, str):

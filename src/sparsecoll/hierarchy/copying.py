@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import numpy
 from mpi4py import MPI
 
-from ..buffers import span
+from ..buffers import predefined_leaves, span
 
 _UINT8 = numpy.uint8
 
@@ -161,28 +161,13 @@ def reduction_element(datatype: MPI.Datatype):
     Packed data of ``datatype`` is then ``count * per_element`` consecutive ``basic`` elements, on
     which a predefined reduction acts element by element as it does on ``datatype``.
     """
-    leaves = {}
-    _collect_leaves(datatype, leaves)
+    leaves = predefined_leaves(datatype)
     if len(leaves) != 1:
         return None
-    (basic,) = leaves.values()
+    (basic,) = leaves
     if not is_contiguous(basic) or basic.Get_size() == 0:
         return None
     size = datatype.Get_size()
     if size % basic.Get_size():
         return None
     return basic, size // basic.Get_size()
-
-
-def _collect_leaves(datatype: MPI.Datatype, leaves: dict) -> None:
-    """Add the predefined datatypes under ``datatype`` to ``leaves`` (handle -> datatype)."""
-    if datatype.is_predefined:
-        leaves[datatype.handle] = datatype
-        return
-    first, _, params = datatype.decode()
-    children = params.get("datatypes") or [first]
-    for child in children:
-        _collect_leaves(child, leaves)
-    for child in {c.handle: c for c in list(children) + [first]}.values():
-        if not child.is_predefined and child.handle != datatype.handle:
-            child.Free()

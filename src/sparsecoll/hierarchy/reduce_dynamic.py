@@ -80,7 +80,7 @@ from dataclasses import dataclass
 import numpy
 from mpi4py import MPI
 
-from ..buffers import is_in_place, parse_simple, reject_in_place, span
+from ..buffers import is_in_place, parse_simple, predefined_leaves, reject_in_place, span
 from ..checks import is_integer, reduction_op, tag_upper_bound
 from .copying import check_one_datatype, is_contiguous, laid_out
 from .node import ALIGNMENT, NodeLayout, SharedWindow
@@ -510,19 +510,8 @@ def _working_shape(given: _Shape, op: MPI.Op) -> _Shape:
 
 def _element_type(datatype: MPI.Datatype):
     """The one predefined datatype ``datatype`` is made of, or None if it mixes several."""
-    if datatype.is_predefined:
-        return datatype
-    base, combiner, params = datatype.decode()
-    parts = list(params["datatypes"]) if combiner == "STRUCT" else [base]
-    found = None
-    for part in parts:
-        element = _element_type(part)
-        if not part.is_predefined:
-            part.Free()
-        if element is None or (found is not None and element != found):
-            return None
-        found = element
-    return found
+    leaves = predefined_leaves(datatype)
+    return leaves[0] if len(leaves) == 1 else None
 
 
 

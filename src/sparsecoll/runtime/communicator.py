@@ -20,7 +20,16 @@ from mpi4py import MPI
 
 from .. import algorithms, execute
 from ..bind import bind, has_transit
-from ..buffers import Blocks, check_regular_blocks, parse_simple, parse_vector, parse_w, with_own_datatypes
+from ..buffers import (
+    Blocks,
+    check_regular_blocks,
+    element_size,
+    mixes_basic_types,
+    parse_simple,
+    parse_vector,
+    parse_w,
+    with_own_datatypes,
+)
 from ..checks import nonnegative_integer
 from ..execute import StepExecutor  # the size pass and request counts use the default
 from ..execute.p2p import pattern_wire_sends, route
@@ -443,22 +452,39 @@ class CommRuntime:
         ``sizes`` are the item sizes of the call's size pass where the call plan needs one
         (:meth:`run_size_pass`).
         """
-        transit_size = None
-        if sizes is not None:
-            transit_size = lambda item: (sizes[item], MPI.BYTE)  # noqa: E731
+        # An item stored by a rank that does not know its datatype is kept as ``MPI_PACKED``
+        # bytes, the one type MPI lets match any other on both ends (a receive typed ``MPI_BYTE``
+        # of data sent as doubles is erroneous, MPI-4.1 section 3.3.1, example 3.2), so its origin
+        # and its final receiver keep the program's datatype and nothing is packed by hand.
+        # Where a relaying rank holds items as bytes, a relayed item is received as bytes too
+        # unless every element of its message has one size (bind's ``relayed_as_bytes``).
+        transit_size = relayed_as_bytes = None
+        if sizes is not None:  # v/w: relaying ranks hold bytes; the size pass says each item's elements
+            transit_size = lambda item: (sizes[item][0], MPI.PACKED)  # noqa: E731
+
+            def relayed_as_bytes(message) -> bool:
+                elements = {sizes[item][1] for item in message.items}
+                return len(elements) > 1 or 0 in elements
         elif call.collective in REGULAR:
             # regular collectives: a block in transit is stored like a local receive block, or where
             # this rank receives nothing as packed bytes (a send datatype may name one element twice,
-            # which a receive through it would write over: MPI forbids that of receive datatypes only)
+            # which a receive through it would write over: MPI forbids that of receive datatypes only);
+            # every block has the call's one type signature, so only one that mixes sizes needs care
             if len(recv):
                 block_layout = (recv.counts[0], recv.types[0])
             elif len(send):
-                block_layout = (send.counts[0] * send.types[0].Get_size(), MPI.BYTE)
+                block_layout = (send.counts[0] * send.types[0].Get_size(), MPI.PACKED)
             if len(recv) or len(send):
                 transit_size = lambda item: block_layout  # noqa: E731
+            mixed = []  # asked at the first relayed item only (a derived type is decoded)
+
+            def relayed_as_bytes(message) -> bool:
+                if not mixed:
+                    mixed.append(mixes_basic_types(recv if len(recv) else send))
+                return mixed[0]
         with ENGINE.lock:  # the progress thread binds too (size-passed nonblocking calls)
             self.schedules_bound += 1
-        return bind(call.pattern, self.topology, send, recv, transit_size)
+        return bind(call.pattern, self.topology, send, recv, transit_size, relayed_as_bytes)
 
     def _schedule(self, call: CallPlan, send, recv, key, sizes):
         """The bound Schedule of a call: from the cache, or bound now and cached."""
@@ -470,31 +496,36 @@ class CommRuntime:
             return schedule
 
     def _size_pass(self, call: CallPlan, send: Blocks, tag: int):
-        """``(executor, read)`` of the size pass: the Pattern run on one int64 per item.
+        """``(executor, read)`` of the size pass: the Pattern run on two int64 per item.
 
         An intermediate rank cannot know the size of an item it only forwards, so the
-        call's Pattern runs first on the byte size of each item at its origin; ``read()``
-        then gives ``{item: bytes}`` of every item this rank receives. It runs on every
+        call's Pattern runs first on the byte size of each item at its origin and the size of
+        its basic elements (:func:`~sparsecoll.buffers.element_size`); ``read()`` then gives
+        ``{item: (bytes, element size)}`` of every item this rank receives. It runs on every
         call whose call plan needs it (a decision all ranks share); a persistent request
         pays it once, at init.
         """
         topology = self.topology
-        own = numpy.array([c * t.Get_size() for c, t in zip(send.counts, send.types)], dtype=numpy.int64)
-        arrived = numpy.zeros(max(topology.indegree, 1), dtype=numpy.int64)
-        send_sizes = Blocks(own.ctypes.data, (1,) * len(own), tuple(8 * k for k in range(len(own))),
+        elements = {}  # datatype object -> the size of its basic elements (0: mixed)
+        own = numpy.array([(c * t.Get_size(), elements.get(id(t)) if id(t) in elements
+                            else elements.setdefault(id(t), element_size(t)))
+                           for c, t in zip(send.counts, send.types)], dtype=numpy.int64).reshape(-1, 2)
+        arrived = numpy.zeros((max(topology.indegree, 1), 2), dtype=numpy.int64)
+        send_sizes = Blocks(own.ctypes.data, (2,) * len(own), tuple(16 * k for k in range(len(own))),
                             (MPI.INT64_T,) * len(own))
-        recv_sizes = Blocks(arrived.ctypes.data, (1,) * topology.indegree,
-                            tuple(8 * k for k in range(topology.indegree)), (MPI.INT64_T,) * topology.indegree)
-        schedule = bind(call.pattern, topology, send_sizes, recv_sizes, lambda item: (1, MPI.INT64_T))
+        recv_sizes = Blocks(arrived.ctypes.data, (2,) * topology.indegree,
+                            tuple(16 * k for k in range(topology.indegree)), (MPI.INT64_T,) * topology.indegree)
+        schedule = bind(call.pattern, topology, send_sizes, recv_sizes, lambda item: (2, MPI.INT64_T))
         executor = StepExecutor(self.private, schedule, tag)
 
         def read() -> dict:
             keep = (own, arrived)  # noqa: F841  (the arrays live until the sizes are read)
-            return {item: ctypes.c_int64.from_address(piece[0]).value for item, piece in schedule.received.items()}
+            return {item: (ctypes.c_int64.from_address(piece[0]).value, ctypes.c_int64.from_address(piece[0] + 8).value)
+                    for item, piece in schedule.received.items()}
         return executor, read
 
     def run_size_pass(self, call: CallPlan, send: Blocks, tag: int = BLOCKING_CHANNEL) -> dict:
-        """Run the size pass now (blocking) and return ``{item: bytes}``."""
+        """Run the size pass now (blocking) and return ``{item: (bytes, element size)}``."""
         executor, read = self._size_pass(call, send, tag)
         try:
             run_stages(executor.steps)
