@@ -616,6 +616,36 @@ def test_struct_blocks_relayed_between_ranks(algorithm, collective):
         unit.Free()
 
 
+@pytest.mark.timeout(60)
+def test_plan_stats_counts_the_size_pass():
+    """node_aware (nodes of two ranks) relays through ranks that hold blocks in transit, so its v/w
+    calls run a size pass: plan_stats gives its messages and bytes (16 per item: bytes and element
+    size) where every rank agreed to run it, None for a regular call and for direct."""
+    comm = MULTI_STEP["node_aware"]()
+    direct = sparsecoll.wrap(plain(comm), "direct")
+    try:
+        nbh = neighborhood(comm)
+        send = numpy.zeros(max(len(nbh.destinations), 1))
+        recv = numpy.zeros(max(len(nbh.sources), 1))
+        for wrapped in (comm, direct):
+            wrapped.Neighbor_alltoallv([send, [1] * len(nbh.destinations)], [recv, [1] * len(nbh.sources)])
+            wrapped.Neighbor_alltoall([send, 1, MPI.DOUBLE], [recv, 1, MPI.DOUBLE])
+        stats = comm.plan_stats("alltoallv")
+        runs = comm.runtime.call_plan(comm.plan, "alltoallv").size_pass
+        if runs:
+            assert stats["size_pass"]["bytes_sent"] == 16 * stats["send_items"]
+            assert stats["size_pass"]["sends"] == stats["sends"]
+        else:
+            assert stats["size_pass"] is None
+        assert WORLD.allreduce(int(runs)) in (0, SIZE)  # agreed
+        if SIZE >= 4:
+            assert runs  # nodes of two ranks: leaders hold their node's blocks in transit
+        assert comm.plan_stats("alltoall")["size_pass"] is None
+        assert direct.plan_stats("alltoallv")["size_pass"] is None
+    finally:
+        comm.Free()
+
+
 def parity_blocks(ranks: list, owner_parity_of) -> tuple:
     """``(counts, byte displacements, datatypes, total bytes)`` of one block per rank of ``ranks``:
     1001 doubles where ``owner_parity_of(rank)`` is even, else 3001 int32 (12004 bytes, not a

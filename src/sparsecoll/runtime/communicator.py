@@ -46,6 +46,9 @@ from .progress import ENGINE, ScheduleRequest, run_stages, single_stage
 
 _ndarray = numpy.ndarray
 
+#: What the size pass sends per item: its bytes and the size of its basic elements, two int64.
+SIZE_PASS_ITEM_BYTES = 16
+
 #: Tag of blocking calls (and of the size pass of persistent requests at init).
 BLOCKING_CHANNEL = 0
 #: Buffer sets whose idle nonblocking executors are kept (at most one per channel each).
@@ -186,6 +189,13 @@ class CommRuntime:
             result.update(prepared.counts(key, pattern, plan.executor_options, self.private.Get_rank()))
         if not plan.native and executor in ("steps", "dag") and collective in REGULAR:
             result["wire_sends"] = pattern_wire_sends(pattern, block_bytes)  # messages to one peer joined
+        call = self._call_plans.get((plan.key, plan.rebind, collective))
+        result["size_pass"] = None
+        if call is not None and call.size_pass and not plan.native:
+            # the Pattern run once more on SIZE_PASS_ITEM_BYTES per item (:meth:`_size_pass`)
+            result["size_pass"] = {"sends": result["sends"], "recvs": result["recvs"],
+                                   "bytes_sent": SIZE_PASS_ITEM_BYTES * result["send_items"],
+                                   "runs": "before every blocking or nonblocking call; once per persistent request"}
         if explained is not None:
             result["auto"] = explained
         result["persistence"] = level
@@ -511,11 +521,12 @@ class CommRuntime:
                             else elements.setdefault(id(t), element_size(t)))
                            for c, t in zip(send.counts, send.types)], dtype=numpy.int64).reshape(-1, 2)
         arrived = numpy.zeros((max(topology.indegree, 1), 2), dtype=numpy.int64)
-        send_sizes = Blocks(own.ctypes.data, (2,) * len(own), tuple(16 * k for k in range(len(own))),
+        per_item, fields = SIZE_PASS_ITEM_BYTES, SIZE_PASS_ITEM_BYTES // 8
+        send_sizes = Blocks(own.ctypes.data, (fields,) * len(own), tuple(per_item * k for k in range(len(own))),
                             (MPI.INT64_T,) * len(own))
-        recv_sizes = Blocks(arrived.ctypes.data, (2,) * topology.indegree,
-                            tuple(16 * k for k in range(topology.indegree)), (MPI.INT64_T,) * topology.indegree)
-        schedule = bind(call.pattern, topology, send_sizes, recv_sizes, lambda item: (2, MPI.INT64_T))
+        recv_sizes = Blocks(arrived.ctypes.data, (fields,) * topology.indegree,
+                            tuple(per_item * k for k in range(topology.indegree)), (MPI.INT64_T,) * topology.indegree)
+        schedule = bind(call.pattern, topology, send_sizes, recv_sizes, lambda item: (fields, MPI.INT64_T))
         executor = StepExecutor(self.private, schedule, tag)
 
         def read() -> dict:
