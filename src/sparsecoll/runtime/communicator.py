@@ -11,7 +11,7 @@ import atexit
 import ctypes
 import time
 from dataclasses import replace
-from functools import partial
+from functools import cache, partial
 from operator import methodcaller
 from types import MappingProxyType
 
@@ -486,12 +486,12 @@ class CommRuntime:
                 block_layout = (send.counts[0] * send.types[0].Get_size(), MPI.PACKED)
             if len(recv) or len(send):
                 transit_size = lambda item: block_layout  # noqa: E731
-            mixed = []  # asked at the first relayed item only (a derived type is decoded)
+            @cache  # decoded at the first relayed item only
+            def call_mixes_sizes() -> bool:
+                return mixes_basic_types(recv if len(recv) else send)
 
             def relayed_as_bytes(message) -> bool:
-                if not mixed:
-                    mixed.append(mixes_basic_types(recv if len(recv) else send))
-                return mixed[0]
+                return call_mixes_sizes()
         with ENGINE.lock:  # the progress thread binds too (size-passed nonblocking calls)
             self.schedules_bound += 1
         return bind(call.pattern, self.topology, send, recv, transit_size, relayed_as_bytes)
@@ -516,10 +516,9 @@ class CommRuntime:
         pays it once, at init.
         """
         topology = self.topology
-        elements = {}  # datatype object -> the size of its basic elements (0: mixed)
-        own = numpy.array([(c * t.Get_size(), elements.get(id(t)) if id(t) in elements
-                            else elements.setdefault(id(t), element_size(t)))
-                           for c, t in zip(send.counts, send.types)], dtype=numpy.int64).reshape(-1, 2)
+        elements = {key: element_size(t) for key, t in {id(t): t for t in send.types}.items()}  # 0: mixed
+        own = numpy.array([(c * t.Get_size(), elements[id(t)]) for c, t in zip(send.counts, send.types)],
+                          dtype=numpy.int64).reshape(-1, 2)
         arrived = numpy.zeros((max(topology.indegree, 1), 2), dtype=numpy.int64)
         per_item, fields = SIZE_PASS_ITEM_BYTES, SIZE_PASS_ITEM_BYTES // 8
         send_sizes = Blocks(own.ctypes.data, (fields,) * len(own), tuple(per_item * k for k in range(len(own))),
