@@ -13,9 +13,9 @@ from mpi4py import MPI
 
 import sparsecoll
 from sparsecoll.bind import BoundMessage
+from sparsecoll.checks import MAX_COUNT
 from sparsecoll.execute.p2p import (
     LIBRARY_WIRE_LIMITS,
-    MAX_COUNT,
     WireLimits,
     coalesce,
     joined,

@@ -59,6 +59,10 @@ def reduction_op(op) -> None:
 #: Tags MPI guarantees on every communicator.
 GUARANTEED_TAG_UB = 32767
 
+#: The largest count MPI's ``int`` arguments hold: Open MPI 5.0 has no large-count calls and
+#: refuses more (``MPI_ERR_ARG``; MPICH 5.0.2 moves it), so sparsecoll never passes a larger one.
+MAX_COUNT = 2**31 - 1
+
 
 def tag_upper_bound(attribute) -> int:
     """The largest tag, from a communicator's ``TAG_UB`` attribute (``Get_attr(MPI.TAG_UB)``): the

@@ -550,8 +550,8 @@ def test_reductions_refuse_two_datatypes_as_mpi4py_does(reduce_mode):
 
 
 class _LeadersWhoseBcastFails:
-    """The leader communicator, whose ``Bcast`` raises as Open MPI 5.0's does for a count above
-    MPI's int (a Bcast of 2**31 + 8 bytes, which MPICH moves)."""
+    """The leader communicator, whose ``Bcast`` raises as a library's call can (Open MPI 5.0's for
+    a count above MPI's int)."""
 
     def __init__(self, comm):
         self.comm = comm
@@ -578,6 +578,51 @@ def test_a_leaders_library_error_raises_on_every_rank_of_its_node():
         gathered = numpy.zeros(SIZE)
         comm.Allgather(numpy.array([float(RANK)]), gathered)
         assert gathered.tolist() == [float(r) for r in range(SIZE)]
+    finally:
+        comm.Free()
+
+
+class _LeadersWithASmallCountLimit:
+    """The leader communicator as Open MPI 5.0's with MPI's int shrunk to ``limit``: a ``Bcast``
+    of more bytes raises; every ``Bcast``'s bytes are recorded."""
+
+    def __init__(self, comm, limit: int):
+        self.comm, self.limit, self.bcasts = comm, limit, []
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+    def Bcast(self, buf, root=0):
+        nbytes = len(buf[0])
+        self.bcasts.append(nbytes)
+        if nbytes > self.limit:
+            raise MPI.Exception(MPI.ERR_COUNT)
+        return self.comm.Bcast(buf, root=root)
+
+
+@pytest.mark.timeout(60)
+def test_a_bcast_past_mpis_int_goes_between_leaders_in_pieces(monkeypatch):
+    """A Bcast of 2**28 + 1 doubles (2**31 + 8 bytes) raised on Open MPI 5.0, which refuses a count
+    above MPI's int, where the library's own Bcast of 2**28 + 1 doubles delivers: the leaders now
+    move the bytes in pieces of at most MAX_COUNT. Here MAX_COUNT is 24 and the leaders refuse
+    more, so 100 bytes go in 5 pieces and arrive as the library's Bcast delivers them."""
+    import sparsecoll.hierarchy.collectives as hierarchical
+    monkeypatch.setattr(hierarchical, "MAX_COUNT", 24)
+    leaders = []
+
+    def small_limit(comm):
+        leaders.append(_LeadersWithASmallCountLimit(comm, 24))
+        return leaders[-1]
+    comm = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=1, inter_node=small_limit)
+    try:
+        root = 1 % SIZE
+        data = numpy.arange(25, dtype=numpy.int32) * 3 + 7 * RANK
+        expected = data.copy()
+        WORLD.Bcast(expected, root=root)
+        comm.Bcast(data, root=root)
+        assert data.tolist() == expected.tolist()
+        if SIZE > 1:
+            assert [leader.bcasts for leader in leaders] == [[24, 24, 24, 24, 4]]
     finally:
         comm.Free()
 

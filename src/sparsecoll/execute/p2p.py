@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from mpi4py import MPI
 
 from ..bind import Schedule
+from ..checks import MAX_COUNT
 
 
 @dataclass(frozen=True)
@@ -140,11 +141,6 @@ def coalesce(messages, limits: WireLimits | None = None) -> list:
     message matches item by item."""
     runs = wire_runs([m.peer for m in messages], [message_bytes(m.pieces) for m in messages], limits)
     return [(messages[run[0]].peer, tuple(piece for i in run for piece in messages[i].pieces)) for run in runs]
-
-
-#: The largest count MPI's ``int`` arguments hold: Open MPI 5.0 has no large-count calls and
-#: refuses more (``MPI_ERR_ARG``), so joining never makes a count above it.
-MAX_COUNT = 2**31 - 1
 
 
 def joined(pieces) -> tuple:

@@ -127,8 +127,9 @@ import numpy
 from mpi4py import MPI
 
 from ..bind import Schedule
-from .p2p import MAX_COUNT, copy_requests, free_executor, joined, message_bytes, message_datatype, recv_init, send_init
+from ..checks import MAX_COUNT
 from .p2p import Executor as StepExecutor
+from .p2p import copy_requests, free_executor, joined, message_bytes, message_datatype, recv_init, send_init
 from .rtr_tree import OPTION as RTR_TREE
 from .rtr_tree import build as build_trees
 from .rtr_tree import check_degree, flat_roles

@@ -58,7 +58,7 @@ import numpy
 from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, parse_vector, reject_in_place
-from ..checks import is_integer, reduction_op
+from ..checks import MAX_COUNT, is_integer, reduction_op
 from .copying import (
     check_one_datatype,
     laid_out,
@@ -221,7 +221,7 @@ class Hierarchy:
     def _leaders_then_barrier(self):
         """The leaders' library call (the block), then the node barrier, at which every node rank
         learns whether its leader's call raised and raises too: a leader's error (Open MPI 5.0
-        refuses counts above MPI's int, e.g. a Bcast of 2**31 + 8 bytes, which MPICH moves) left
+        refuses counts above MPI's int, e.g. a Gather whose root's last node starts past 2 GiB) left
         the node's other ranks waiting in the barrier for good. One int is reduced over the node
         instead of a barrier's nothing."""
         error = None
@@ -547,8 +547,10 @@ class Hierarchy:
             pack_block(blocks, 0, shared, 0)
         self._barrier()
         with self._leaders_then_barrier():
-            if self.leader is not None:
-                self.leader.Bcast([shared[:nbytes], BYTE], root=self._root_node(root))
+            if self.leader is not None:  # in pieces MPI's int counts hold (every leader knows nbytes)
+                for start in range(0, nbytes, MAX_COUNT) if nbytes else (0,):
+                    self.leader.Bcast([shared[start:min(start + MAX_COUNT, nbytes)], BYTE],
+                                      root=self._root_node(root))
         if self.rank != root:
             unpack_block(shared, 0, blocks, 0)
 
