@@ -486,12 +486,8 @@ class CommRuntime:
                 block_layout = (send.counts[0] * send.types[0].Get_size(), MPI.PACKED)
             if len(recv) or len(send):
                 transit_size = lambda item: block_layout  # noqa: E731
-            @cache  # decoded at the first relayed item only
-            def call_mixes_sizes() -> bool:
-                return mixes_basic_types(recv if len(recv) else send)
-
-            def relayed_as_bytes(message) -> bool:
-                return call_mixes_sizes()
+            mixes_sizes = cache(partial(mixes_basic_types, recv if len(recv) else send))  # at the first relayed item
+            relayed_as_bytes = lambda message: mixes_sizes()  # noqa: E731
         with ENGINE.lock:  # the progress thread binds too (size-passed nonblocking calls)
             self.schedules_bound += 1
         return bind(call.pattern, self.topology, send, recv, transit_size, relayed_as_bytes)
@@ -516,21 +512,22 @@ class CommRuntime:
         pays it once, at init.
         """
         topology = self.topology
+        fields = SIZE_PASS_ITEM_BYTES // 8  # int64 per item
         elements = {key: element_size(t) for key, t in {id(t): t for t in send.types}.items()}  # 0: mixed
         own = numpy.array([(c * t.Get_size(), elements[id(t)]) for c, t in zip(send.counts, send.types)],
-                          dtype=numpy.int64).reshape(-1, 2)
-        arrived = numpy.zeros((max(topology.indegree, 1), 2), dtype=numpy.int64)
-        per_item, fields = SIZE_PASS_ITEM_BYTES, SIZE_PASS_ITEM_BYTES // 8
-        send_sizes = Blocks(own.ctypes.data, (fields,) * len(own), tuple(per_item * k for k in range(len(own))),
-                            (MPI.INT64_T,) * len(own))
+                          dtype=numpy.int64).reshape(-1, fields)
+        arrived = numpy.zeros((max(topology.indegree, 1), fields), dtype=numpy.int64)
+        send_sizes = Blocks(own.ctypes.data, (fields,) * len(own),
+                            tuple(SIZE_PASS_ITEM_BYTES * k for k in range(len(own))), (MPI.INT64_T,) * len(own))
         recv_sizes = Blocks(arrived.ctypes.data, (fields,) * topology.indegree,
-                            tuple(per_item * k for k in range(topology.indegree)), (MPI.INT64_T,) * topology.indegree)
+                            tuple(SIZE_PASS_ITEM_BYTES * k for k in range(topology.indegree)),
+                            (MPI.INT64_T,) * topology.indegree)
         schedule = bind(call.pattern, topology, send_sizes, recv_sizes, lambda item: (fields, MPI.INT64_T))
         executor = StepExecutor(self.private, schedule, tag)
 
         def read() -> dict:
             keep = (own, arrived)  # noqa: F841  (the arrays live until the sizes are read)
-            return {item: (ctypes.c_int64.from_address(piece[0]).value, ctypes.c_int64.from_address(piece[0] + 8).value)
+            return {item: tuple(ctypes.c_int64.from_address(piece[0] + 8 * k).value for k in range(fields))
                     for item, piece in schedule.received.items()}
         return executor, read
 
