@@ -583,48 +583,174 @@ def test_a_leaders_library_error_raises_on_every_rank_of_its_node():
 
 
 class _LeadersWithASmallCountLimit:
-    """The leader communicator as Open MPI 5.0's with MPI's int shrunk to ``limit``: a ``Bcast``
-    of more bytes raises; every ``Bcast``'s bytes are recorded."""
+    """The leader communicator as Open MPI 5.0's with MPI's int shrunk to ``limit``: a call of
+    :data:`CHECKED` with a larger count or displacement raises ERR_COUNT; every such call is
+    recorded as ``(method, largest count or displacement)``."""
+
+    CHECKED = ("Bcast", "Allgatherv", "Gatherv", "Scatterv", "Alltoallv", "Isend", "Irecv", "Reduce", "Allreduce")
 
     def __init__(self, comm, limit: int):
-        self.comm, self.limit, self.bcasts = comm, limit, []
+        self.comm, self.limit, self.calls = comm, limit, []
 
     def __getattr__(self, name):
-        return getattr(self.comm, name)
+        method = getattr(self.comm, name)
+        if name not in self.CHECKED:
+            return method
 
-    def Bcast(self, buf, root=0):
-        nbytes = len(buf[0])
-        self.bcasts.append(nbytes)
-        if nbytes > self.limit:
-            raise MPI.Exception(MPI.ERR_COUNT)
-        return self.comm.Bcast(buf, root=root)
+        def checked(*args, **kwargs):
+            largest = max(_largest_int(arg) for arg in args)
+            self.calls.append((name, largest))
+            if largest > self.limit:
+                raise MPI.Exception(MPI.ERR_COUNT)
+            return method(*args, **kwargs)
+        return checked
+
+    def bcasts(self) -> list:
+        return [largest for name, largest in self.calls if name == "Bcast"]
+
+
+def _largest_int(spec) -> int:
+    """The largest count or displacement of an mpi4py buffer spec of bytes (0 for anything else)."""
+    if not isinstance(spec, list):
+        return 0
+    if len(spec) == 2:
+        return len(spec[0])
+    counts = spec[1]
+    if isinstance(counts, tuple):
+        return max([0, *counts[0], *counts[1]])
+    return int(counts)
+
+
+@pytest.fixture
+def small_count_limit(monkeypatch):
+    """``(wrap, leaders)``: MPI's int shrunk to 64 for the leaders (MAX_COUNT patched to match on
+    every rank); ``wrap(per_node)`` wraps a duplicate of WORLD whose leaders refuse more and records
+    them in ``leaders``."""
+    import sparsecoll.hierarchy.leaders as between_nodes
+    monkeypatch.setattr(between_nodes, "MAX_COUNT", 64)
+    leaders, made = [], []
+
+    def small_limit(comm):
+        leaders.append(_LeadersWithASmallCountLimit(comm, 64))
+        return leaders[-1]
+
+    def wrap(per_node):
+        made.append(sparsecoll.wrap(WORLD.Dup(), ranks_per_node=per_node, inter_node=small_limit))
+        return made[-1]
+    yield wrap, leaders
+    for comm in made:
+        comm.Free()
 
 
 @pytest.mark.timeout(60)
-def test_a_bcast_past_mpis_int_goes_between_leaders_in_pieces(monkeypatch):
+def test_a_bcast_past_mpis_int_goes_between_leaders_in_pieces(small_count_limit):
     """A Bcast of 2**28 + 1 doubles (2**31 + 8 bytes) raised on Open MPI 5.0, which refuses a count
     above MPI's int, where the library's own Bcast of 2**28 + 1 doubles delivers: the leaders now
-    move the bytes in pieces of at most MAX_COUNT. Here MAX_COUNT is 24 and the leaders refuse
-    more, so 100 bytes go in 5 pieces and arrive as the library's Bcast delivers them."""
-    import sparsecoll.hierarchy.collectives as hierarchical
-    monkeypatch.setattr(hierarchical, "MAX_COUNT", 24)
-    leaders = []
+    move the bytes in pieces of at most MAX_COUNT. Here MAX_COUNT is 64 and the leaders refuse
+    more, so 164 bytes go in 3 pieces and arrive as the library's Bcast delivers them."""
+    wrap, leaders = small_count_limit
+    comm = wrap(1)
+    root = 1 % SIZE
+    data = numpy.arange(41, dtype=numpy.int32) * 3 + 7 * RANK
+    expected = data.copy()
+    WORLD.Bcast(expected, root=root)
+    comm.Bcast(data, root=root)
+    assert data.tolist() == expected.tolist()
+    if SIZE > 1:
+        assert [leader.bcasts() for leader in leaders] == [[64, 64, 36]]
 
-    def small_limit(comm):
-        leaders.append(_LeadersWithASmallCountLimit(comm, 24))
-        return leaders[-1]
-    comm = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=1, inter_node=small_limit)
-    try:
-        root = 1 % SIZE
-        data = numpy.arange(25, dtype=numpy.int32) * 3 + 7 * RANK
-        expected = data.copy()
-        WORLD.Bcast(expected, root=root)
-        comm.Bcast(data, root=root)
-        assert data.tolist() == expected.tolist()
-        if SIZE > 1:
-            assert [leader.bcasts for leader in leaders] == [[24, 24, 24, 24, 4]]
-    finally:
-        comm.Free()
+
+def _uneven(rank: int) -> int:
+    """int32 elements of rank ``rank``'s block in the vector calls below: 1 and 20 in turn (4 and
+    80 bytes), so with MPI's int at 64 a node's chunk can be small or large, and the displacements
+    of the chunks after a large one pass the int."""
+    return 1 if rank % 2 == 0 else 20
+
+
+def _large_count_cases():
+    counts = [_uneven(r) for r in range(SIZE)]
+    displs = numpy.concatenate(([0], numpy.cumsum(counts)[:-1])).tolist()
+    total = sum(counts)
+    pairs = [[_uneven(r) + _uneven(s) for s in range(SIZE)] for r in range(SIZE)]  # elements r sends s
+
+    def alltoallv():
+        sends, receives = pairs[RANK], [pairs[s][RANK] for s in range(SIZE)]
+        return ([array("int32", sum(sends), 80 + RANK), (sends, _starts(sends)), MPI.INT32_T],
+                [blank("int32", sum(receives)), (receives, _starts(receives)), MPI.INT32_T])
+    root = 1 % SIZE
+    return {
+        "Allgather": lambda: ([array("int32", 7, 10 + RANK), MPI.INT32_T], [blank("int32", 7 * SIZE), MPI.INT32_T]),
+        "Allgatherv": lambda: ([array("int32", _uneven(RANK), 20 + RANK), MPI.INT32_T],
+                               [blank("int32", total), (counts, displs), MPI.INT32_T]),
+        "Gather": lambda: ([array("int32", 7, 30 + RANK), MPI.INT32_T],
+                           [blank("int32", 7 * SIZE), MPI.INT32_T] if RANK == root else None, root),
+        "Gatherv": lambda: ([array("int32", _uneven(RANK), 40 + RANK), MPI.INT32_T],
+                            [blank("int32", total), (counts, displs), MPI.INT32_T] if RANK == root else None,
+                            root),
+        "Scatter": lambda: ([array("int32", 7 * SIZE, 50), MPI.INT32_T] if RANK == root else None,
+                            [blank("int32", 7), MPI.INT32_T], root),
+        "Scatterv": lambda: ([array("int32", total, 60), (counts, displs), MPI.INT32_T] if RANK == root else None,
+                             [blank("int32", _uneven(RANK)), MPI.INT32_T], root),
+        "Alltoall": lambda: ([array("int32", 3 * SIZE, 70 + RANK), MPI.INT32_T],
+                             [blank("int32", 3 * SIZE), MPI.INT32_T]),
+        "Alltoallv": alltoallv,
+    }
+
+
+def _starts(counts) -> list:
+    return numpy.concatenate(([0], numpy.cumsum(counts)[:-1])).astype(int).tolist()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("per_node", (1, 2))
+def test_the_leaders_calls_keep_counts_and_displacements_inside_mpis_int(small_count_limit, monkeypatch, per_node):
+    """The leaders move a node's bytes, so their counts and displacements pass MPI's int where
+    the program's do not, which Open MPI 5.0 refuses; in the rooted calls and Alltoall(v) one
+    leader raised while the others waited for good. With MPI's int at 64 for the leaders, every
+    gather, scatter and alltoall delivers what the library's own call does, no leader passes more
+    than 64, chunks above 64 // leaders went point to point in pieces, and some leader passed its
+    call a compact copy of chunks whose displacements pass the int. Reductions go in pieces of at
+    most 64 basic elements."""
+    import sparsecoll.hierarchy.leaders as between_nodes
+    wrap, leaders = small_count_limit
+    staged = []
+    enter = between_nodes._compact.__enter__
+
+    def spy(self):
+        staged.append(self.staging is not None)
+        return enter(self)
+    monkeypatch.setattr(between_nodes._compact, "__enter__", spy)
+    comm = wrap(per_node)
+    for method, make in _large_count_cases().items():
+        mine, library = make(), make()
+        getattr(comm, method)(*mine)
+        getattr(WORLD, method)(*library)
+        for got, expected in zip(mine, library):
+            if isinstance(got, list):
+                same(got[0], expected[0])
+    # SUM over 40 vectors of 2 int32 is 80 basic elements between the leaders where the program
+    # passes 40 (the library's result on those int32 alone: MPICH refuses SUM on the vector type)
+    root = 1 % SIZE
+    for method in ("Allreduce", "Reduce"):
+        send, received = array("vector", 40, 90 + RANK), blank("vector", 40)
+        expected = numpy.zeros(80, dtype=numpy.int32)
+        elements = numpy.ascontiguousarray(send.reshape(40, 3)[:, [0, 2]]).ravel()
+        rooted = (root,) if method == "Reduce" else ()
+        getattr(comm, method)([send, 40, VECTOR], [received, 40, VECTOR], MPI.SUM, *rooted)
+        getattr(WORLD, method)(elements, expected, MPI.SUM, *rooted)
+        if method == "Allreduce" or RANK == root:
+            assert received.reshape(40, 3)[:, [0, 2]].ravel().tolist() == expected.tolist()
+        if leaders:
+            assert [largest for name, largest in leaders[0].calls if name == method] == [64, 16]
+    if leaders:
+        calls = leaders[0].calls
+        assert max(largest for _, largest in calls) <= 64
+        nodes = -(-SIZE // per_node)
+        if nodes > 1:
+            assert {"Isend", "Irecv"} <= {name for name, _ in calls}
+    everywhere = WORLD.allgather(any(staged))
+    if per_node == 1 and SIZE >= 3:  # node 2's 4 bytes lie past node 1's 80 at the root of Gatherv
+        assert any(everywhere)
 
 
 def test_zero_counts_everywhere(comm):

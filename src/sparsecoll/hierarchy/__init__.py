@@ -1,7 +1,8 @@
 """The universal hierarchical algorithm for global collectives (the paper on hierarchical
 shared-memory collectives and imbalanced process arrival, section II, Fig. 1 and Fig. 2):
 nodes and their shared memory (:mod:`.node`), SetupInter and the Fig. 2 placement
-(:mod:`.offsets`), copy-in and copy-out (:mod:`.copying`), the collectives (:mod:`.collectives`)."""
+(:mod:`.offsets`), copy-in and copy-out (:mod:`.copying`), the leaders' calls between nodes
+(:mod:`.leaders`), the collectives (:mod:`.collectives`)."""
 
 from .collectives import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name
 from .node import NodeLayout, SharedWindow

@@ -13,7 +13,9 @@ Every collective runs the steps of Fig. 1 on the node structure of :mod:`.node`:
 3. node barrier; the leaders alone call the MPI library's own collective on the leader
    communicator with the counts and displacements of ``SetupInter`` (``Allgatherv``,
    ``Alltoallv``, ``Bcast``, ``Gatherv``, ``Scatterv``, ``Reduce``, ``Allreduce``,
-   ``Reduce_scatter``) on bytes (MPI.BYTE), or on the datatype's one basic element for reductions;
+   ``Reduce_scatter``) on bytes (MPI.BYTE), or on the datatype's one basic element for reductions,
+   with every count and displacement inside MPI's int (:mod:`.leaders`: chunks that would pass it
+   go in pieces, point to point between two leaders where only those two know their size);
 4. node barrier; ``CopyOut``: each rank unpacks its result from the shared buffer.
 
 Reductions (``Reduce``, ``Allreduce``, ``Reduce_scatter(_block)``) use fixed leaders: after
@@ -58,7 +60,8 @@ import numpy
 from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, parse_vector, reject_in_place
-from ..checks import MAX_COUNT, is_integer, reduction_op
+from ..checks import is_integer, reduction_op
+from . import leaders
 from .copying import (
     check_one_datatype,
     laid_out,
@@ -126,7 +129,8 @@ class Hierarchy:
         before anything else is sent (without it the checks are local only, see the module docstring).
         ``inter_node``: a callable that takes the leader communicator (on the leaders only) and
         returns the communicator whose ``Allgatherv``, ``Alltoallv``, ``Bcast``, ``Gatherv``,
-        ``Scatterv``, ``Reduce``, ``Allreduce`` and ``Reduce_scatter`` the leaders call (an
+        ``Scatterv``, ``Reduce``, ``Allreduce`` and ``Reduce_scatter`` the leaders call, and its
+        ``Isend`` / ``Irecv`` for chunks past MPI's int (:mod:`.leaders`) (an
         mpi4py ``Intracomm`` or subclass on the same group, e.g. one running other algorithms);
         default: the leader communicator itself, i.e. the MPI library's collectives. Every rank
         must pass the same callable; what it returns is not freed here.
@@ -330,7 +334,7 @@ class Hierarchy:
         self._barrier()
         with self._leaders_then_barrier():
             if self.leader is not None:
-                self.leader.Allgatherv(MPI.IN_PLACE, [shared, (counts.tolist(), displs.tolist()), BYTE])
+                leaders.allgatherv(self.leader, shared, counts, displs)
         unpack_blocks(shared, offsets, received)
 
     def gather(self, sendbuf, recvbuf, root) -> None:
@@ -384,14 +388,13 @@ class Hierarchy:
             if self.leader is not None:
                 root_node = self._root_node(root)
                 if self.layout.node == root_node:
-                    self.leader.Gatherv(MPI.IN_PLACE, [shared, (counts.tolist(), displs.tolist()), BYTE],
-                                        root=root_node)
+                    leaders.gatherv(self.leader, shared, root_node, counts, displs)
                 else:
                     if own_total is None:
                         start, own_total = int(displs[self.layout.node]), int(counts[self.layout.node])
                     else:
                         start = 0
-                    self.leader.Gatherv([shared[start:start + own_total], BYTE], None, root=root_node)
+                    leaders.gatherv(self.leader, shared, root_node, own=(start, own_total))
 
     def scatter(self, sendbuf, recvbuf, root) -> None:
         """``Scatter`` (mpi4py's arguments)."""
@@ -462,10 +465,9 @@ class Hierarchy:
             if self.leader is not None:
                 root_node = self._root_node(root)
                 if self.layout.node == root_node:
-                    self.leader.Scatterv([shared, (counts.tolist(), displs.tolist()), BYTE], MPI.IN_PLACE,
-                                         root=root_node)
+                    leaders.scatterv(self.leader, shared, root_node, counts, displs)
                 else:
-                    self.leader.Scatterv(None, [shared[start:start + own_total], BYTE], root=root_node)
+                    leaders.scatterv(self.leader, shared, root_node, own=(start, own_total))
 
     def _exchange_counts(self, mine: int, root: int, root_blocks):
         """ExchangeCntData for the rooted vector collectives.
@@ -528,9 +530,8 @@ class Hierarchy:
         self._barrier()
         with self._leaders_then_barrier():
             if self.leader is not None:
-                self.leader.Alltoallv([shared[:send_total], (send_counts.tolist(), send_displs.tolist()), BYTE],
-                                      [shared[send_total:send_total + recv_total],
-                                       (recv_counts.tolist(), recv_displs.tolist()), BYTE])
+                leaders.alltoallv(self.leader, shared[:send_total], send_counts, send_displs,
+                                  shared[send_total:send_total + recv_total], recv_counts, recv_displs)
         unpack_blocks(shared, recv_offsets[q], received, send_total)
 
     # -- broadcast ------------------------------------------------------------------------------
@@ -547,10 +548,8 @@ class Hierarchy:
             pack_block(blocks, 0, shared, 0)
         self._barrier()
         with self._leaders_then_barrier():
-            if self.leader is not None:  # in pieces MPI's int counts hold (every leader knows nbytes)
-                for start in range(0, nbytes, MAX_COUNT) if nbytes else (0,):
-                    self.leader.Bcast([shared[start:min(start + MAX_COUNT, nbytes)], BYTE],
-                                      root=self._root_node(root))
+            if self.leader is not None:
+                leaders.bcast(self.leader, shared, nbytes, self._root_node(root))
         if self.rank != root:
             unpack_block(shared, 0, blocks, 0)
 
@@ -593,11 +592,12 @@ class Hierarchy:
         with self._leaders_then_barrier():
             if self.leader is not None:
                 root_node = self._root_node(root)
-                with _reduction_spec(result, elements, basic, count, datatype, op) as spec:
-                    if self.layout.node == root_node:
-                        self.leader.Reduce(MPI.IN_PLACE, spec, op, root=root_node)
-                    else:
-                        self.leader.Reduce(spec, None, op, root=root_node)
+                with _reduction_specs(result, elements, basic, count, datatype, op) as specs:
+                    for spec in specs:
+                        if self.layout.node == root_node:
+                            self.leader.Reduce(MPI.IN_PLACE, spec, op, root=root_node)
+                        else:
+                            self.leader.Reduce(spec, None, op, root=root_node)
         if target is not None:
             unpack(result, 0, target.address + target.displs[0], count, datatype)
         return True
@@ -633,8 +633,9 @@ class Hierarchy:
         result, elements, basic = reduced
         with self._leaders_then_barrier():
             if self.leader is not None:
-                with _reduction_spec(result, elements, basic, count, datatype, op) as spec:
-                    self.leader.Allreduce(MPI.IN_PLACE, spec, op)
+                with _reduction_specs(result, elements, basic, count, datatype, op) as specs:
+                    for spec in specs:
+                        self.leader.Allreduce(MPI.IN_PLACE, spec, op)
         unpack(result, 0, target.address + target.displs[0], count, datatype)
         return True
 
@@ -693,8 +694,9 @@ class Hierarchy:
                     # MPICH 5.0.2's Reduce_scatter(_block) with a user-defined op on a resized datatype fails
                     # an assertion or writes past its buffers (4 ranks, no sparsecoll): with a user-defined
                     # op the leaders reduce the whole vector and keep their node's share
-                    with _reduction_spec(result, total, basic, total // per, datatype, op) as spec:
-                        self.leader.Allreduce(MPI.IN_PLACE, spec, op)
+                    with _reduction_specs(result, total, basic, total // per, datatype, op) as specs:
+                        for spec in specs:
+                            self.leader.Allreduce(MPI.IN_PLACE, spec, op)
                     share = result[first:first + size].copy()
                 result[:size] = share
         start = int(offsets[self.rank] - node_displs[node]) * esize
@@ -727,7 +729,7 @@ class Hierarchy:
         node's result (in shared memory, ``elements`` basic elements).
 
         ``element``: ``(per, datatype)``, the program's datatype and the basic elements in one of
-        it; a user-defined op reduces whole elements of it, in its layout (:func:`_reduction_spec`).
+        it; a user-defined op reduces whole elements of it, in its layout (:func:`_reduction_specs`).
         """
         esize = basic.Get_size()
         slot = aligned(elements * esize)
@@ -746,11 +748,12 @@ class Hierarchy:
             first, last = start * esize, stop * esize
             accumulator = shared[(k - 1) * slot + first:(k - 1) * slot + last]
             count = (stop - start) // per
-            with _reduction_spec(accumulator, stop - start, basic, count, datatype, op) as target:
+            with _reduction_specs(accumulator, stop - start, basic, count, datatype, op) as targets:
                 for i in range(k - 2, -1, -1):  # x_i op (x_{i+1} op ...): MPI's rank order
-                    with _reduction_spec(shared[i * slot + first:i * slot + last], stop - start, basic, count,
-                                         datatype, op, write_back=False) as source:
-                        op.Reduce_local(source, target)
+                    with _reduction_specs(shared[i * slot + first:i * slot + last], stop - start, basic, count,
+                                          datatype, op, write_back=False) as sources:
+                        for source, target in zip(sources, targets):
+                            op.Reduce_local(source, target)
         self._barrier()
         return shared[(k - 1) * slot:(k - 1) * slot + elements * esize]
 
@@ -768,16 +771,23 @@ class Hierarchy:
         return source, 0
 
 
-def _reduction_spec(packed: numpy.ndarray, elements: int, basic: MPI.Datatype, count: int, datatype, op: MPI.Op,
-                    write_back: bool = True):
-    """The buffer spec a reduction by ``op`` acts on for the packed data at ``packed``: ``elements``
-    of ``basic`` for a predefined op or datatype; for a user-defined op on a derived datatype the
-    data as ``count`` x ``datatype`` in that datatype's layout (:func:`.copying.laid_out`), since MPI
-    calls the op's function with the program's datatype. Ranks may pass different handles of one
-    type signature (``DOUBLE`` on one, a duplicate on another): each calls the op with its own."""
+@contextmanager
+def _reduction_specs(packed: numpy.ndarray, elements: int, basic: MPI.Datatype, count: int, datatype,
+                     op: MPI.Op, write_back: bool = True):
+    """The buffer specs, one reduction call each, a reduction by ``op`` acts on for the packed data
+    at ``packed``: ``elements`` of ``basic`` for a predefined op or datatype, in pieces of at most
+    ``MAX_COUNT`` elements (a derived datatype's basic elements can pass MPI's int where the
+    program's count does not; the pieces follow from ``elements``, which every leader knows); for a
+    user-defined op on a derived datatype the data as ``count`` x ``datatype`` in that datatype's
+    layout (:func:`.copying.laid_out`), since MPI calls the op's function with the program's
+    datatype. Ranks may pass different handles of one type signature (``DOUBLE`` on one, a
+    duplicate on another): each calls the op with its own."""
     if _in_own_layout(op, datatype):
-        return laid_out(packed, count, datatype, write_back)
-    return nullcontext([packed, elements, basic])
+        with laid_out(packed, count, datatype, write_back) as spec:
+            yield [spec]
+        return
+    esize = basic.Get_size()
+    yield [[packed[start * esize:stop * esize], stop - start, basic] for start, stop in leaders.pieces(elements)]
 
 
 def _in_own_layout(op: MPI.Op, datatype) -> bool:
