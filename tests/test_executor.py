@@ -88,9 +88,14 @@ def test_adjacent_pieces_of_one_datatype_are_joined():
     big = 2**30 + 8
     assert joined(((0, big, MPI.BYTE), (big, big, MPI.BYTE))) == ((0, big, MPI.BYTE), (big, big, MPI.BYTE))
     assert joined(((0, MAX_COUNT - 1, MPI.BYTE), (MAX_COUNT - 1, 1, MPI.BYTE))) == ((0, MAX_COUNT, MPI.BYTE),)
+    # one piece of more is cut (an item in transit of 2**31 + 8 bytes, stored as MPI_PACKED, failed)
+    large = 2 * MAX_COUNT + 10
+    assert joined(((64, large, MPI.PACKED),)) == ((64, MAX_COUNT, MPI.PACKED), (64 + MAX_COUNT, MAX_COUNT, MPI.PACKED),
+                                                  (64 + 2 * MAX_COUNT, 10, MPI.PACKED))
     pairs = MPI.DOUBLE.Create_resized(0, 16).Commit()  # every other double: extent 16
     try:
         assert joined(((800, 2, pairs), (832, 1, pairs))) == ((800, 3, pairs),)
+        assert joined(((800, MAX_COUNT + 1, pairs),)) == ((800, MAX_COUNT, pairs), (800 + 16 * MAX_COUNT, 1, pairs))
     finally:
         pairs.Free()
 

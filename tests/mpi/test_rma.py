@@ -497,3 +497,48 @@ def test_large_struct_blocks_staged_by_messages_to_self(ring, executor):
         assert got.tobytes() == expected.tobytes()
     finally:
         unit.Free()
+
+
+class _WindowWithASmallCountLimit(MPI.Win):
+    """A window whose ``Put`` refuses a target count above ``LIMIT``, as Open MPI 5.0's refuses one
+    above MPI's int (it has no large-count calls); every target count is recorded in ``COUNTS``."""
+
+    LIMIT = 24
+    COUNTS: list = []
+
+    def Put(self, origin, target_rank, target=None):
+        count = target[1]
+        self.COUNTS.append(count)
+        if count > self.LIMIT:
+            raise MPI.Exception(MPI.ERR_COUNT)
+        return super().Put(origin, target_rank, target)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("form", ["blocking", "persistent"])
+@pytest.mark.parametrize("executor", RMA_EXECUTORS)
+def test_a_put_past_mpis_int_names_its_target_bytes_by_a_datatype(ring, executor, form, monkeypatch):
+    """A message of 2**31 + 8 bytes (2**28 + 1 doubles: the program's count fits) raised
+    MPI_ERR_ARG on Open MPI 5.0 on every rank: the put's target side was one count of bytes.
+    It is one element of a type of pieces that fit now. Here MPI's int is 24 for the puts (and
+    for the pieces): blocks of 5 doubles arrive as the library's, and no put counted more."""
+    monkeypatch.setattr(rma, "MAX_COUNT", _WindowWithASmallCountLimit.LIMIT)
+    monkeypatch.setattr(rma, "create_window",
+                        lambda comm: _WindowWithASmallCountLimit(MPI.Win.Create_dynamic(MPI.INFO_NULL, comm)))
+    monkeypatch.setattr(_WindowWithASmallCountLimit, "COUNTS", [])
+    comm = sparsecoll.wrap(ring.Dup(), "direct", executor=executor)
+    try:
+        send = _blocks(comm, 5, 1, executor == "rma_canary")
+        recv = numpy.full(comm.neighborhood.indegree * 5, -1.0)
+        if form == "blocking":
+            comm.Neighbor_alltoall(send, recv)
+        else:
+            request = comm.Neighbor_alltoall_init(send, recv)
+            request.Start()
+            request.Wait()
+            request.Free()
+        assert recv.tobytes() == _library_alltoall(comm, send, 5).tobytes()
+        counts = _WindowWithASmallCountLimit.COUNTS
+        assert counts and max(counts) <= _WindowWithASmallCountLimit.LIMIT
+    finally:
+        comm.Free()

@@ -148,11 +148,17 @@ def joined(pieces) -> tuple:
 
     ``count`` elements of a datatype lie ``extent`` bytes apart, so a piece that starts where
     the previous one's last element ends continues it, while the joined count stays within
-    :data:`MAX_COUNT`. A message with no data keeps one piece.
+    :data:`MAX_COUNT`; a piece of more (an item in transit past 2 GiB, counted in bytes) is cut
+    into pieces within it. A message with no data keeps one piece.
     """
     out = []
     for address, count, datatype in pieces:
         if count == 0:
+            continue
+        if count > MAX_COUNT:
+            extent = datatype.Get_extent()[1]
+            for start in range(0, count, MAX_COUNT):
+                out.append([address + start * extent, min(MAX_COUNT, count - start), datatype])
             continue
         if out:
             last = out[-1]

@@ -129,7 +129,16 @@ from mpi4py import MPI
 from ..bind import Schedule
 from ..checks import MAX_COUNT
 from .p2p import Executor as StepExecutor
-from .p2p import copy_requests, free_executor, joined, message_bytes, message_datatype, recv_init, send_init
+from .p2p import (
+    copy_requests,
+    free_executor,
+    joined,
+    message_buffer,
+    message_bytes,
+    message_datatype,
+    recv_init,
+    send_init,
+)
 from .rtr_tree import OPTION as RTR_TREE
 from .rtr_tree import build as build_trees
 from .rtr_tree import check_degree, flat_roles
@@ -188,6 +197,17 @@ def bytes_datatype(segments, limit: int):
             address += length
             take -= length
     return MPI.BYTE.Create_hindexed(lengths, addresses).Commit()
+
+
+def _bytes_at_target(nbytes: int, datatypes: list) -> tuple:
+    """``(count, datatype)`` of a put's ``nbytes`` bytes at its target: ``MPI_BYTE`` where the count
+    fits MPI's int, else one type of pieces that do (Open MPI 5.0 has no large counts), appended
+    to ``datatypes`` (freed with the executor's)."""
+    if nbytes <= MAX_COUNT:
+        return nbytes, MPI.BYTE
+    datatype = bytes_datatype([(0, nbytes)], nbytes)
+    datatypes.append(datatype)
+    return 1, datatype
 
 
 def _local_copy(comm: MPI.Comm, destination, source, tag: int) -> list:
@@ -256,7 +276,8 @@ class _Receive:
 class _Send:
     """A message this rank puts: its origin bytes (its pieces or a packed slot)."""
 
-    __slots__ = ("peer", "position", "nbytes", "pieces", "segments", "slot", "pack", "body", "whole")
+    __slots__ = ("peer", "position", "nbytes", "pieces", "segments", "slot", "pack", "body", "whole", "at_target",
+                 "body_at_target")
 
     def __init__(self, peer, position, pieces, staging: _Staging):
         self.peer = peer
@@ -268,6 +289,7 @@ class _Send:
         self.pack = []
         self.body = None   # datatype of all but the tail word (canary)
         self.whole = None  # datatype of every byte
+        self.at_target = self.body_at_target = None  # (count, datatype) of those bytes at the target
 
 
 class _RtrOut:
@@ -320,7 +342,7 @@ class _Step:
                     datatype = message_datatype(r.pieces)
                     datatypes.append(datatype)
                     r.unpack = _local_copy(comm, [MPI.BOTTOM, 1, datatype],
-                                           [MPI.buffer.fromaddress(r.region, r.nbytes), r.nbytes, MPI.PACKED], tag)
+                                           message_buffer([(r.region, r.nbytes, MPI.PACKED)], datatypes), tag)
             if canary:
                 r.flag = self.flags_base + k
                 end = r.region + r.nbytes
@@ -332,15 +354,17 @@ class _Step:
                 if s.nbytes:
                     datatype = message_datatype(s.pieces)
                     datatypes.append(datatype)
-                    s.pack = _local_copy(comm, [MPI.buffer.fromaddress(address, s.nbytes), s.nbytes, MPI.PACKED],
+                    s.pack = _local_copy(comm, message_buffer([(address, s.nbytes, MPI.PACKED)], datatypes),
                                          [MPI.BOTTOM, 1, datatype], tag)
                 s.segments = [(address, s.nbytes)] if s.nbytes else []
             if s.nbytes:
                 s.whole = bytes_datatype(s.segments, s.nbytes)
                 datatypes.append(s.whole)
+                s.at_target = _bytes_at_target(s.nbytes, datatypes)
                 if canary and s.nbytes > WORD:
                     s.body = bytes_datatype(s.segments, s.nbytes - WORD)
                     datatypes.append(s.body)
+                    s.body_at_target = _bytes_at_target(s.nbytes - WORD, datatypes)
         # RTR messages (II-C2): per tree this rank belongs to, its own block (the target address of
         # each message it receives from the tree's sender, and for the canary each flag word)
         # followed by its children's payloads, received straight into place; its own tree's
@@ -582,7 +606,7 @@ class RmaRun:
             window.Start(step.out_group, MPI.MODE_NOCHECK)
             for s in step.sends:
                 if s.nbytes:
-                    window.Put([MPI.BOTTOM, 1, s.whole], s.peer, [step.target_address(s), s.nbytes, MPI.BYTE])
+                    window.Put([MPI.BOTTOM, 1, s.whole], s.peer, [step.target_address(s), *s.at_target])
             window.Complete()
             return
         tails = []
@@ -593,10 +617,10 @@ class RmaRun:
             end = target + s.nbytes
             if s.nbytes >= WORD and end % WORD == 0:
                 if s.body is not None:
-                    window.Put([MPI.BOTTOM, 1, s.body], s.peer, [target, s.nbytes - WORD, MPI.BYTE])
+                    window.Put([MPI.BOTTOM, 1, s.body], s.peer, [target, *s.body_at_target])
                 tails.append(s)
             else:
-                window.Put([MPI.BOTTOM, 1, s.whole], s.peer, [target, s.nbytes, MPI.BYTE])
+                window.Put([MPI.BOTTOM, 1, s.whole], s.peer, [target, *s.at_target])
                 tails.append(s)
         for peer in step.out_peers:
             window.Flush(peer)
