@@ -15,7 +15,7 @@ from sparsecoll.runtime.auto import quick_size_class, spec_block_bytes
 from sparsecoll.runtime.caches import ParseCache, call_signature
 from sparsecoll.runtime.channels import NONBLOCKING_CHANNELS, Channels
 from sparsecoll.runtime.plan import make_plan
-from sparsecoll.runtime.progress import ScheduleRequest
+from sparsecoll.runtime.progress import PersistentRequest
 
 
 def _outstanding(one_stage: bool = True):
@@ -24,9 +24,9 @@ def _outstanding(one_stage: bool = True):
     multi-step call's (which may post messages after its start)."""
     buffer = numpy.zeros(1, "i4")
     stage = [MPI.COMM_SELF.Recv_init(buffer, 0, 7), MPI.COMM_SELF.Send_init(numpy.ones(1, "i4"), 0, 7)]
-    request = ScheduleRequest(**({"single": stage} if one_stage else {"program": lambda: [stage]}),
-                              persistent=True, keep=(buffer,),
-                              on_free=lambda _: [mpi_request.Free() for mpi_request in stage])
+    request = PersistentRequest(**({"single": stage} if one_stage else {"program": lambda: [stage]}),
+                               persistent=True, keep=(buffer,),
+                               on_free=lambda _: [mpi_request.Free() for mpi_request in stage])
     request.Start()
     return request
 
@@ -217,7 +217,7 @@ def test_a_test_that_finds_the_collective_incomplete_yields_only_where_the_user_
     receives = [MPI.COMM_SELF.Recv_init(inbox[i:i + 1], source=0, tag=7 + i) for i in range(2)]
     for stages in ([receives[:1]], [receives[:1], receives[1:]]):  # MPI alone; the engine
         single = stages[0] if len(stages) == 1 else None
-        request = ScheduleRequest(lambda stages=stages: iter(stages), single=single, persistent=True)
+        request = PersistentRequest(lambda stages=stages: iter(stages), single=single, persistent=True)
         request.Start()
         assert not request.Test() and not request.Test()
         sends = [MPI.COMM_SELF.Isend(outbox, dest=0, tag=7 + i) for i in range(len(stages))]

@@ -927,7 +927,9 @@ def test_a_wrapper_answers_mpi4pys_topology_queries_as_the_library_does():
 def test_a_freed_request_refuses_what_mpi4pys_refuses(ring, algorithm):
     """A freed request (a completed nonblocking one too) is MPI's null request: ``Free``,
     ``Start`` and ``Cancel`` raise ``MPI.Exception`` with ``ERR_REQUEST``, as mpi4py's requests
-    do (sparsecoll's freed twice silently and raised RuntimeError); the lowercase ``free`` does
+    do (sparsecoll's freed twice silently and raised RuntimeError), except that a nonblocking
+    call's request has no ``Start`` at all, as mpi4py's ``Request`` (it raised ERR_REQUEST, where
+    mpi4py raises AttributeError, and an active one a RuntimeError); the lowercase ``free`` does
     nothing, ``Wait`` and ``Test`` return at once; a live request is neither copied nor pickled
     (mpi4py's ValueError: a copy would share the MPI requests), a freed one is MPI.REQUEST_NULL's."""
     import copy
@@ -945,9 +947,16 @@ def test_a_freed_request_refuses_what_mpi4pys_refuses(ring, algorithm):
         persistent.Start()
     persistent.Free()  # completes it first
     nonblocking = wrapped.Ineighbor_allgather(send, recv)
-    nonblocking.Wait()
+    library = MPI.Topocomm.Ineighbor_allgather(wrapped, send, numpy.full(2, -1, "i4"))
+    for request in (nonblocking, library):
+        assert not hasattr(request, "Start")
+        with pytest.raises(AttributeError, match="Start"):
+            request.Start()
+        request.Wait()
+        with pytest.raises(AttributeError, match="Start"):
+            request.Start()
     for request in (persistent, nonblocking):
-        for refused in (request.Free, request.Start, request.Cancel):
+        for refused in (request.Free, request.Cancel) + ((request.Start,) if request is persistent else ()):
             with pytest.raises(MPI.Exception) as caught:
                 refused()
             assert caught.value.Get_error_class() == MPI.ERR_REQUEST

@@ -42,7 +42,7 @@ from .auto import UNKNOWN, AutoDispatch, FamilyModel, local_class
 from .caches import CACHE_SIZE, ParseCache, Recent, call_signature, simple_spec
 from .channels import Channels
 from .plan import CallPlan, Plan
-from .progress import ENGINE, ScheduleRequest, run_stages, single_stage
+from .progress import ENGINE, PersistentRequest, ScheduleRequest, run_stages, single_stage
 
 _ndarray = numpy.ndarray
 
@@ -614,7 +614,7 @@ class CommRuntime:
                     executor = call.make_executor(self.private, self._schedule(call, send, recv, key, None), channel)
                 request = _PooledRequest(executor, self, key, pool, channel, (sendbuf, recvbuf))
             channels.hold_nonblocking(channel, request)
-        request.Start()
+        request._start()
         return request
 
     def _rebound_request(self, call, send, recv, channel, keep) -> ScheduleRequest:
@@ -763,13 +763,15 @@ def _plain(comm: MPI.Comm) -> MPI.Comm:
     raise TypeError(f"comm: expected an mpi4py communicator, got {type(comm).__name__}")
 
 
-def _request_for(executor, **kwargs) -> ScheduleRequest:
-    """A request running ``executor``'s steps (one step: handled by MPI alone, bypassing the engine)."""
+def _request_for(executor, *, persistent: bool, **kwargs) -> ScheduleRequest:
+    """A request running ``executor``'s steps (one step: handled by MPI alone, bypassing the engine);
+    a :class:`PersistentRequest` for a persistent call."""
     steps = executor.steps
     single = single_stage(steps)
+    cls = PersistentRequest if persistent else ScheduleRequest
     if single is not None:
-        return ScheduleRequest(single=single, **kwargs)
-    return ScheduleRequest(lambda: steps, **kwargs)
+        return cls(single=single, persistent=persistent, **kwargs)
+    return cls(lambda: steps, persistent=persistent, **kwargs)
 
 
 class _PooledRequest(ScheduleRequest):

@@ -249,7 +249,8 @@ INACTIVE, ACTIVE, FREED = 0, 1, 2
 
 
 class ScheduleRequest:
-    """A nonblocking or persistent neighborhood collective (``Start``, ``Test``, ``Wait``, ``Free``).
+    """A nonblocking neighborhood collective (``Test``, ``Wait``, ``Free``), started when it is made;
+    persistent ones are :class:`PersistentRequest` (``Start`` besides).
 
     ``program()`` returns an iterator of stages (lists of persistent MPI requests);
     ``on_complete`` is called once per completed run, in the thread that observes the
@@ -317,7 +318,7 @@ class ScheduleRequest:
             ENGINE.pending.remove(self)
 
     # -- the user's side ----------------------------------------------------------------
-    def Start(self) -> None:
+    def _start(self) -> None:
         """Start (or restart) the collective; new buffer contents are picked up."""
         if self._state == FREED:
             raise _freed()
@@ -490,6 +491,15 @@ class ScheduleRequest:
         return self.__copy__()
 
 
+class PersistentRequest(ScheduleRequest):
+    """A persistent neighborhood collective: a :class:`ScheduleRequest` with ``Start`` (as mpi4py's
+    ``Prequest``; a nonblocking call's request has no ``Start``, as mpi4py's ``Request``)."""
+
+    __slots__ = ()
+
+    Start = ScheduleRequest._start
+
+
 def _request_null() -> MPI.Request:
     """What a freed request copies and unpickles as."""
     return MPI.REQUEST_NULL
@@ -538,7 +548,7 @@ def run_stages(stages) -> None:
             wait_stage(requests)
         return
     request = ScheduleRequest(lambda: stages, persistent=False)
-    request.Start()
+    request._start()
     request.Wait()
 
 
