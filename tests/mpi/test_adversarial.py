@@ -1057,6 +1057,31 @@ def test_an_idup_copy_answers_local_queries_on_one_rank(algorithm):
         comm.Free()
 
 
+@pytest.mark.timeout(60)
+def test_an_idup_copy_sends_its_errors_to_the_handler_set_on_it():
+    """The private duplicate of an ``Idup`` copy is made by a second ``Idup`` of the original,
+    beside the copy, so it took the original's error handler of then: one set on the copy before
+    its runtime was made did not reach the communicator sparsecoll's MPI errors arise on
+    (``Dup``, made when the runtime is, copies the handle's). It does now."""
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    comm = sparsecoll.wrap(WORLD.Create_dist_graph_adjacent([(rank - 1) % size], [(rank + 1) % size]), "direct")
+    copy, request = comm.Idup()
+    request.Wait()
+    try:
+        copy.Set_errhandler(MPI.ERRORS_ABORT)
+        got = numpy.zeros(1)
+        copy.Neighbor_allgather(numpy.array([float(rank)]), got)  # makes the copy's runtime
+        assert got.tolist() == [float((rank - 1) % size)]
+        handlers = [c.Get_errhandler() for c in (copy, copy.runtime.private)]
+        assert handlers[0] == handlers[1] == MPI.ERRORS_ABORT
+        for handler in handlers:
+            handler.Free()
+        copy.Set_errhandler(MPI.ERRORS_RETURN)
+    finally:
+        copy.Free()
+        comm.Free()
+
+
 @pytest.mark.parametrize("how", ["Dup", "Clone", "Dup_with_info", "Idup", "Idup_with_info"])
 @pytest.mark.parametrize("name", sorted(CASE7_COMMS))
 def test_dup_and_clone_keep_algorithm_and_options(name, how):

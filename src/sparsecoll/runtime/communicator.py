@@ -77,7 +77,15 @@ class CommRuntime:
     """
 
     def __init__(self, comm: MPI.Comm, topology: Topology | None = None, private: MPI.Comm | None = None):
-        self.private = private if private is not None else _plain(comm).Dup()  # collective
+        """``private``: the handle's private duplicate made already (:class:`PendingPrivate`), which takes
+        the handle's error handler of now (a ``Dup`` copies it; one set since the ``Idup`` counts)."""
+        if private is None:
+            private = _plain(comm).Dup()  # collective
+        else:
+            handler = comm.Get_errhandler()
+            private.Set_errhandler(handler)
+            handler.Free()
+        self.private = private
         route(self.private, self.private.Get_rank())  # its channel to self, made here: never under the engine's lock
         self.topology = topology if topology is not None else from_comm(comm)
         self.channels = Channels(self.private.Get_attr(MPI.TAG_UB))
