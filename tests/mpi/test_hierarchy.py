@@ -587,7 +587,8 @@ class _LeadersWithASmallCountLimit:
     :data:`CHECKED` with a larger count or displacement raises ERR_COUNT; every such call is
     recorded as ``(method, largest count or displacement)``."""
 
-    CHECKED = ("Bcast", "Allgatherv", "Gatherv", "Scatterv", "Alltoallv", "Isend", "Irecv", "Reduce", "Allreduce")
+    CHECKED = ("Bcast", "Allgatherv", "Gatherv", "Scatterv", "Alltoallv", "Isend", "Irecv", "Reduce", "Allreduce",
+               "Reduce_scatter")
 
     def __init__(self, comm, limit: int):
         self.comm, self.limit, self.calls = comm, limit, []
@@ -610,9 +611,12 @@ class _LeadersWithASmallCountLimit:
 
 
 def _largest_int(spec) -> int:
-    """The largest count or displacement of an mpi4py buffer spec of bytes (0 for anything else)."""
+    """The largest count or displacement of an mpi4py buffer spec, or of a list of counts (0 for
+    anything else)."""
     if not isinstance(spec, list):
         return 0
+    if all(isinstance(item, int) for item in spec):
+        return max(spec, default=0)
     if len(spec) == 2:
         return len(spec[0])
     counts = spec[1]
@@ -742,6 +746,16 @@ def test_the_leaders_calls_keep_counts_and_displacements_inside_mpis_int(small_c
             assert received.reshape(40, 3)[:, [0, 2]].ravel().tolist() == expected.tolist()
         if leaders:
             assert [largest for name, largest in leaders[0].calls if name == method] == [64, 16]
+    # Reduce_scatter_block of 40 vectors per rank: windows of 64 elements of the leaders' vector
+    send, received = array("vector", 40 * SIZE, 70 + RANK), blank("vector", 40)
+    expected = numpy.zeros(80, dtype=numpy.int32)
+    elements = numpy.ascontiguousarray(send.reshape(40 * SIZE, 3)[:, [0, 2]]).ravel()
+    comm.Reduce_scatter_block([send, 40, VECTOR], [received, 40, VECTOR], MPI.SUM)
+    WORLD.Reduce_scatter_block(elements, expected, MPI.SUM)
+    assert received.reshape(40, 3)[:, [0, 2]].ravel().tolist() == expected.tolist()
+    if leaders:
+        windows = [largest for name, largest in leaders[0].calls if name == "Reduce_scatter"]
+        assert len(windows) == -(-80 * SIZE // 64) and max(windows) <= 64
     if leaders:
         calls = leaders[0].calls
         assert max(largest for _, largest in calls) <= 64

@@ -688,8 +688,15 @@ class Hierarchy:
                 first, size = int(node_displs[node]) * esize, int(node_counts[node]) * esize
                 if op.is_predefined:
                     share = numpy.empty(size, dtype=numpy.uint8)
-                    self.leader.Reduce_scatter([result, total, basic], [share, size // esize, basic],
-                                               node_counts.tolist(), op)
+                    # in windows of at most MAX_COUNT elements (every leader knows the node counts):
+                    # each node's share of a window is the next part of its share
+                    ends = node_displs + node_counts
+                    for low, high in leaders.pieces(total):
+                        parts = numpy.clip(ends, low, high) - numpy.clip(node_displs, low, high)
+                        at = (int(numpy.clip(node_displs[node], low, high)) - int(node_displs[node])) * esize
+                        part = int(parts[node])
+                        self.leader.Reduce_scatter([result[low * esize:high * esize], high - low, basic],
+                                                   [share[at:at + part * esize], part, basic], parts.tolist(), op)
                 else:
                     # MPICH 5.0.2's Reduce_scatter(_block) with a user-defined op on a resized datatype fails
                     # an assertion or writes past its buffers (4 ranks, no sparsecoll): with a user-defined

@@ -20,8 +20,8 @@ never disagree about which messages go where:
   bytes go on the wire).
 
 Reductions between leaders (in :mod:`.collectives`) go in :func:`pieces` of at most ``MAX_COUNT``
-basic elements, which every leader knows, except ``Reduce_scatter`` with a predefined op, whose
-one call raises on every leader alike past the ``int``.
+basic elements, which every leader knows (``Reduce_scatter`` in windows of the element vector,
+each node's part of a window the next part of its share).
 
 Below that size nothing changes: the calls are the library's collectives with the counts and
 displacements of ``SetupInter``.
