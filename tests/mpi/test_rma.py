@@ -323,7 +323,7 @@ def test_request_windows_are_freed_once_every_rank_freed_its_request(ring, execu
 def test_requests_past_the_window_limit_run_on_the_step_executor(moore, executor, monkeypatch):
     """Each window takes a communicator context (MPICH hung once about 2000 were spent), so past
     MAX_REQUEST_WINDOWS live requests the next ones run on the step executor; started in
-    different orders on different ranks, every request still delivers."""
+    different orders on different ranks, every request still delivers; ``plan_stats`` counts them."""
     monkeypatch.setattr(rma, "MAX_REQUEST_WINDOWS", 2)
     comm = sparsecoll.wrap(moore, "cartesian", executor=executor)
     windows = comm.runtime.prepared_executor(executor).factory.requests
@@ -332,6 +332,7 @@ def test_requests_past_the_window_limit_run_on_the_step_executor(moore, executor
     requests = [comm.Neighbor_alltoall_init(send, recv) for send, recv in zip(sends, recvs)]
     try:
         assert len(windows.entries) == 2
+        assert comm.plan_stats("alltoall")["request_windows"] == {"open": 2, "requests_on_steps": 2, "limit": 2}
         for request in requests if RANK % 2 == 0 else requests[::-1]:
             request.Start()
         sparsecoll.waitall(requests)

@@ -852,21 +852,23 @@ class RequestWindows:
     same on every rank: entries are added at inits and removed only by that agreement).
     """
 
-    __slots__ = ("canary", "entries")
+    __slots__ = ("canary", "entries", "on_steps")
 
     def __init__(self, canary: bool):
         self.canary = canary
         self.entries = []  # [window, released here] per request window, in creation order
+        self.on_steps = 0  # persistent requests that got no window (the same on every rank)
 
     def open(self, comm: MPI.Comm):
         """``(window, entry)`` for a new request (collective), or ``(None, None)`` where a rank
         could not make one, or :data:`MAX_REQUEST_WINDOWS` are open (the same count on every rank):
         every rank then runs the request on the step executor."""
         self.sweep(comm)
-        if len(self.entries) >= MAX_REQUEST_WINDOWS:
-            return None, None
-        window, _ = open_window(comm, self.canary)
+        window = None
+        if len(self.entries) < MAX_REQUEST_WINDOWS:
+            window, _ = open_window(comm, self.canary)
         if window is None:
+            self.on_steps += 1
             return None, None
         entry = [window, False]
         self.entries.append(entry)
@@ -964,18 +966,23 @@ class Prepared:
         return self.factory.with_trees(trees)
 
     def counts(self, key, pattern, options, rank: int) -> dict:
-        """The RTR numbers of one run of ``pattern`` on ``rank`` (:func:`.rtr_tree.counts`); empty
-        where no window runs it. Never communicates: before the first call has built the RTR trees
-        (collectively) only the degree is known, and ``rtr_trees_built`` says so."""
+        """The RTR numbers of one run of ``pattern`` on ``rank`` (:func:`.rtr_tree.counts`) and the
+        persistent requests' windows (``request_windows``: open now, requests run on the step
+        executor because none could be opened, the limit); empty where no window runs it. Never
+        communicates: before the first call has built the RTR trees (collectively) only the degree
+        is known, and ``rtr_trees_built`` says so."""
         if self._window is None:
             return {}
+        requests = self.factory.requests
+        windows = {"request_windows": {"open": len(requests.entries), "requests_on_steps": requests.on_steps,
+                                       "limit": MAX_REQUEST_WINDOWS}}
         degree = options.get(RTR_TREE)
         if degree is None:
-            return rtr_counts([flat_roles(rank, step.sends, step.recvs) for step in pattern.steps])
+            return {**rtr_counts([flat_roles(rank, step.sends, step.recvs) for step in pattern.steps]), **windows}
         trees = self._trees.get((key, degree))
         if trees is None:
-            return {RTR_TREE: degree, "rtr_trees_built": False}
-        return {**rtr_counts(trees), RTR_TREE: degree, "rtr_trees_built": True}
+            return {RTR_TREE: degree, "rtr_trees_built": False, **windows}
+        return {**rtr_counts(trees), RTR_TREE: degree, "rtr_trees_built": True, **windows}
 
     def close(self) -> None:
         """Free the windows (collective; idempotent)."""
