@@ -884,10 +884,10 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     included; its ``profile`` is a path or a :class:`sparsecoll.model.profile.Profile`
     (default: ``$SPARSECOLL_PROFILE``, else this host's ``sparsecoll calibrate`` profile,
     else a conservative built-in one), read here, so a bad file raises here;
-    by default (``verify_choice=None``) it times the first blocking calls of a choice that is
-    not ``native`` against it and switches back where the choice loses; ``verify_choice=True``
-    also times a persistent request's choice, or the model's near miss, against ``native`` at
-    its init; ``False`` times nothing (the model's choice stands). Every rank must pass the
+    by default (``verify_choice=None``) it times a choice that is not ``native`` against it (the
+    first blocking calls; a persistent request's starts at its init) and switches back where
+    the choice loses; ``verify_choice=True`` also tries the model's near miss where it chose
+    ``native``, at a persistent request's init; ``False`` times nothing (the model's choice stands). Every rank must pass the
     same value; with another algorithm ``profile`` and ``verify_choice=True`` raise TypeError.
     auto asks, as MPI libraries do when they pick a collective algorithm by message size, that
     a regular call (allgather, alltoall) passes the same block size on every rank; where the

@@ -53,10 +53,11 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   calling only the library and auto. Its cost is once per size class: :data:`CHECK_CALLS` / 2
   calls of the library's and one allreduce. Nonblocking calls are not checked (their time
   ends in the user's ``Wait``).
-* **Trial of a persistent request** (``verify_choice=True`` only): a persistent request is made
-  to be started many times, and its init is collective, so there the model's choice and
-  its near misses can be measured. Where the model chose a candidate, or kept ``native``
-  while a built candidate is predicted at most :data:`TRIAL_BAND` times native's time, the
+* **Trial of a persistent request** (on by default for the model's choice; ``verify_choice=True``
+  also for its near misses; ``False`` turns it off): a persistent request is made to be started
+  many times, and its init is collective, so there the choice can be measured. Where the model
+  chose a candidate (and, with ``verify_choice=True``, where it kept ``native`` while a built
+  candidate is predicted at most :data:`TRIAL_BAND` times native's time), the
   init makes both requests on scratch copies of the buffers (the user's receive buffer is
   not touched before ``Start``), starts them alternately :data:`PERSISTENT_TRIALS` times
   each, after a barrier each time, as the bench and ``calibrate`` time a call
@@ -65,11 +66,15 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   median of its maxima is at most :data:`TRIAL_WIN` times native's. The outcome is kept for
   the size class (every rank holds the same: it came from the allreduce), so later requests
   of the class take it untried. Only regular calls with numpy buffers (plain, or ``[array, count, type]``) on
-  every rank are tried; others keep the model's choice. Not on by default: on the 16-core
+  every rank are tried; others keep the model's choice. By default the trial only checks a
+  choice that is not ``native``, so, like the online check, it only ever moves a class to the
+  library: on the 2-core VM (``benchmarks/auto/README.md``, eighteenth run) Open MPI's 64 KiB
+  persistent allgathers on the stencil and Moore neighborhoods ran the model's `cartesian` at
+  1.25 and 1.60 x the library's call. Near misses are tried on request only: on the 16-core
   machine (``benchmarks/16core/README.md``) the trial's winners ran at 0.85-0.91 x native in
   the bench with every algorithm, but two of them at 1.04 and 1.10 x native in a bench of
   native and auto alone: 25 starts right after the init do not foretell the steady state
-  well enough for the default, which must never be slower than the library.
+  well enough to move a class away from the library by default.
 
 Counts and trials are indexed by (collective, size class), which every rank passes
 through in the same order under the rule above, so the collective steps they trigger
@@ -270,8 +275,8 @@ class AutoDispatch:
             name = names.pop() if len(names) == 1 else None
             # a blocking choice still to be checked online runs per size class (:meth:`_runner`); a
             # persistent request's trial may replace even native
-            checked = ((form == "blocking" and name != model.NATIVE and self._plan.checks_blocking)
-                       or (form == "persistent" and self._plan.tries_persistent))
+            checked = ((form in ("blocking", "persistent") and name != model.NATIVE and self._plan.checks_choices)
+                       or (form == "persistent" and self._plan.tries_near_misses))
             if name is not None and (name == model.NATIVE or family.built(name)) and not checked:
                 self._uniform[form] = name
                 if name == model.NATIVE:  # here, where every rank decides alike, not at a wrapper's first call
@@ -322,17 +327,19 @@ class AutoDispatch:
     def _trial_candidate(self, size_class: int) -> str | None:
         """The candidate a persistent request of ``size_class`` is tried against ``native`` with, or None.
 
-        With ``verify_choice=True``: the model's choice where it is not native; where it is native,
-        the built candidate predicted fastest if at most :data:`TRIAL_BAND` times native's time.
-        None otherwise, once the class was tried, where native may not run, or for
-        the v/w forms."""
-        if (not self._plan.tries_persistent or not self.native_allowed or self.collective not in REGULAR
+        The model's choice where it is not native (unless ``verify_choice=False``); with
+        ``verify_choice=True``, where it is native, also the built candidate predicted fastest if at
+        most :data:`TRIAL_BAND` times native's time. None otherwise, once the class was tried,
+        where native may not run, or for the v/w forms."""
+        if (not self._plan.checks_choices or not self.native_allowed or self.collective not in REGULAR
                 or size_class in self.persistent_trials):
             return None
         f = FORMS.index("persistent")
         chosen = self.table[f][size_class]
         if chosen != model.NATIVE:
             return chosen
+        if not self._plan.tries_near_misses:
+            return None
         family = self._family
         native = family.seconds[model.NATIVE][f, size_class]
         built = [name for name in family.seconds if name != model.NATIVE and family.built(name)]
@@ -599,7 +606,7 @@ class AutoDispatch:
         """Whether a blocking call of ``size_class`` that would run ``name`` is one of the online
         check's calls: a choice that is not ``native``, where native may run, checks on, the
         class's check not over (every rank alike: the same calls, the same choice)."""
-        return (name != model.NATIVE and self._plan.checks_blocking and self.native_allowed
+        return (name != model.NATIVE and self._plan.checks_choices and self.native_allowed
                 and size_class not in self._trials)
 
     def _checked_call(self, size_class: int, name: str, sendbuf, recvbuf) -> None:

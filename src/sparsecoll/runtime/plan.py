@@ -63,15 +63,16 @@ class Plan:
         return self.algorithm == algorithms.AUTO
 
     @property
-    def checks_blocking(self) -> bool:
-        """Whether auto times its blocking non-native choices against ``native`` online (the
-        default, ``verify_choice`` None, and True; :mod:`sparsecoll.runtime.auto`)."""
+    def checks_choices(self) -> bool:
+        """Whether auto times its non-native choices against ``native``: blocking ones online, a
+        persistent request's at its init (the default, ``verify_choice`` None, and True;
+        :mod:`sparsecoll.runtime.auto`)."""
         return self.auto and self.verify_choice is not False
 
     @property
-    def tries_persistent(self) -> bool:
-        """Whether auto tries a persistent request's choice against ``native`` at its init
-        (``verify_choice=True`` only)."""
+    def tries_near_misses(self) -> bool:
+        """Whether auto also tries, at a persistent request's init, the candidate the model predicts
+        nearly as fast as ``native`` where it chose ``native`` (``verify_choice=True`` only)."""
         return self.auto and self.verify_choice is True
 
     def verify_code(self) -> int:
