@@ -887,8 +887,9 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     by default (``verify_choice=None``) it times a choice that is not ``native`` against it (the
     first blocking calls; a persistent request's starts at its init) and switches back where
     the choice loses; ``verify_choice=True`` also tries the model's near miss where it chose
-    ``native``, at a persistent request's init; ``False`` times nothing (the model's choice stands). Every rank must pass the
-    same value; with another algorithm ``profile`` and ``verify_choice=True`` raise TypeError.
+    ``native``, at a persistent request's init; ``False`` times nothing (the model's choice
+    stands). Every rank must pass the same value; with another algorithm ``profile`` and
+    ``verify_choice=True`` raise TypeError.
     auto asks, as MPI libraries do when they pick a collective algorithm by message size, that
     a regular call (allgather, alltoall) passes the same block size on every rank; where the
     first call does not, it decides once for all calls.
