@@ -673,7 +673,7 @@ def _uneven(rank: int) -> int:
 
 def _large_count_cases():
     counts = [_uneven(r) for r in range(SIZE)]
-    displs = numpy.concatenate(([0], numpy.cumsum(counts)[:-1])).tolist()
+    displs = _starts(counts)
     total = sum(counts)
     pairs = [[_uneven(r) + _uneven(s) for s in range(SIZE)] for r in range(SIZE)]  # elements r sends s
 

@@ -68,8 +68,8 @@ def bcast(leader, buffer: numpy.ndarray, nbytes: int, root: int) -> None:
 def allgatherv(leader, buffer: numpy.ndarray, counts, displs) -> None:
     """In place: node ``n``'s ``counts[n]`` bytes at ``displs[n]`` of ``buffer`` reach every leader."""
     counts, displs = numpy.asarray(counts, numpy.int64), numpy.asarray(displs, numpy.int64)
+    displs = numpy.where(counts > 0, displs, 0)  # (an empty chunk's displacement may pass the int)
     if len(buffer) <= MAX_COUNT or _fits(counts, displs):
-        displs = numpy.where(counts > 0, displs, 0)  # (an empty chunk's displacement may pass the int)
         leader.Allgatherv(MPI.IN_PLACE, [buffer, (counts.tolist(), displs.tolist()), BYTE])
         return
     for node, (count, displ) in enumerate(zip(counts.tolist(), displs.tolist())):
@@ -183,17 +183,17 @@ class _compact:
     def __init__(self, buffer: numpy.ndarray, counts: numpy.ndarray, displs: numpy.ndarray, receive: bool):
         self.buffer, self.counts, self.receive = buffer, counts, receive
         self.displs = numpy.where(counts > 0, displs, 0)
-        self.staging = None if _fits(counts, self.displs) else numpy.empty(int(counts.sum()), numpy.uint8)
+        self.staging = self.compact_displs = None
+        if not _fits(counts, self.displs):
+            self.staging, self.compact_displs = numpy.empty(int(counts.sum()), numpy.uint8), exclusive_sum(counts)
 
     def __enter__(self):
         if self.staging is None:
             return self.buffer, self.displs
-        compact = exclusive_sum(self.counts)
-        self.compact_displs = compact
         if not self.receive:
             for count, displ, at in self._moving():
                 self.staging[at:at + count] = self.buffer[displ:displ + count]
-        return self.staging, compact
+        return self.staging, self.compact_displs
 
     def __exit__(self, kind, value, traceback) -> None:
         if self.staging is not None and self.receive and kind is None:
