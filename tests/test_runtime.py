@@ -242,3 +242,70 @@ def test_the_inlined_size_class_is_the_model_s():
             if block <= 2 ** 22:
                 array = numpy.zeros(block * indegree, dtype=numpy.uint8)
                 assert quick_size_class(array, indegree) == size_class(block), (block, indegree)
+
+
+class _Executor:
+    """An idle executor of a pool: records its release; ``on_free`` plays another thread's step."""
+
+    def __init__(self, freed, on_free=None):
+        self._freed, self._on_free = freed, on_free
+
+    def free(self):
+        self._freed.append(self)
+        if self._on_free is not None:
+            self._on_free()
+
+
+def test_freeing_a_pool_leaves_alone_an_executor_a_call_took_meanwhile():
+    """Pools are used without the engine's lock: a call may pop an executor while another thread
+    frees the pool (``release_caches``); the executor it took is its own, never freed under it."""
+    from sparsecoll.runtime.communicator import _free_pool
+
+    freed, taken = [], []
+    pool = {}
+    pool[1] = _Executor(freed, on_free=lambda: taken.append(pool.pop(2)))  # the call pops channel 2
+    pool[2] = _Executor(freed, on_free=lambda: taken.append(pool.pop(1)))  # or channel 1
+    _free_pool(pool)
+    assert len(freed) == 1 and len(taken) == 1 and taken[0] not in freed and not pool
+
+
+def test_a_recall_survives_the_entry_dropped_by_another_thread():
+    """``Recent.recall`` runs without the engine's lock on the usual nonblocking call: an entry
+    dropped between its look-up and its move to the end still gives the value it found."""
+    from sparsecoll.runtime.caches import Recent
+
+    class DroppedMeanwhile(Recent):
+        def get(self, key, default=None):
+            value = super().get(key, default)
+            self.pop(key, None)  # another thread's release_caches, between the two steps
+            return value
+
+    cache = DroppedMeanwhile()
+    cache.keep("key", "value")
+    assert cache.recall("key") == "value"
+
+
+def test_a_nonblocking_call_in_flight_keeps_its_executor_through_release_caches():
+    """A call running an executor of the idle pool when the pool is dropped completes, delivers,
+    and frees that executor (it is not parked in a dropped pool); the next call binds afresh."""
+    import sparsecoll
+
+    graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0, 0], [0, 0])
+    comm = sparsecoll.wrap(graph, "direct")
+    try:
+        send, recv = numpy.arange(4, dtype="i4"), numpy.zeros(4, "i4")
+        for _ in range(2 * NONBLOCKING_CHANNELS):  # every channel has an idle executor
+            comm.Ineighbor_alltoall(send, recv).Wait()
+        runtime = comm._sc_runtime
+        assert runtime.cache_sizes()["idle_executors"] == NONBLOCKING_CHANNELS
+        request = comm.Ineighbor_alltoall(send + 10, recv)
+        comm.release_caches()
+        assert runtime.cache_sizes()["idle_executors"] == 0
+        request.Wait()
+        assert recv.tolist() == [10, 11, 12, 13]
+        assert runtime.cache_sizes()["idle_executors"] == 0
+        bound = comm.schedules_bound
+        comm.Ineighbor_alltoall(send, recv).Wait()
+        assert recv.tolist() == [0, 1, 2, 3] and comm.schedules_bound == bound + 1
+    finally:
+        comm.Free()

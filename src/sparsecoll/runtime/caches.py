@@ -35,7 +35,10 @@ class Recent(OrderedDict):
         """The value for ``key`` (or None), marked as just used."""
         value = self.get(key)
         if value is not None:
-            self.move_to_end(key)
+            try:
+                self.move_to_end(key)
+            except KeyError:  # dropped by another thread meanwhile (the value is still what was kept)
+                pass
         return value
 
     def keep(self, key, value) -> None:

@@ -605,21 +605,27 @@ class CommRuntime:
         send, recv, layout = self.parse(call.collective, sendbuf, recvbuf)
         channels = self.channels
         channel = channels.take_nonblocking()  # before the lock: it may wait for the channel's last call
+        if not (call.size_pass or call.rebind):  # the usual call: the idle executor of this layout and channel
+            key = _call_key(call, layout, None)
+            pool = self._idle.recall(key)
+            executor = pool.pop(channel, None) if pool is not None else None
+            if executor is not None:  # taken without the engine's lock (see _park)
+                request = _PooledRequest(executor, self, key, pool, channel, (sendbuf, recvbuf))
+                channels.hold_nonblocking(channel, request)
+                request._start()
+                return request
         with ENGINE.lock:
             if call.size_pass:
                 request = self._sized_request(call, send, recv, layout, channel, (sendbuf, recvbuf))
             elif call.rebind:
                 request = self._rebound_request(call, send, recv, channel, (sendbuf, recvbuf))
-            else:  # the usual call: the idle executor of this layout and channel, or a new one
-                key = _call_key(call, layout, None)
+            else:  # a new executor, in the pool of this layout (made now if need be)
                 idle = self._idle
                 pool = idle.recall(key)
                 if pool is None:
                     pool = {}
                     idle.keep(key, pool)
-                executor = pool.pop(channel, None)
-                if executor is None:
-                    executor = call.make_executor(self.private, self._schedule(call, send, recv, key, None), channel)
+                executor = call.make_executor(self.private, self._schedule(call, send, recv, key, None), channel)
                 request = _PooledRequest(executor, self, key, pool, channel, (sendbuf, recvbuf))
             channels.hold_nonblocking(channel, request)
         request._start()
@@ -683,14 +689,17 @@ class CommRuntime:
 
         ``pool`` is the one the call took the executor from; if it was dropped since (evicted,
         ``release_caches``, the communicator freed while the call ran) the executor is freed.
+        Pools are used without the engine's lock (the usual call pops from one, :meth:`nonblocking`):
+        every step on a pool is one dict operation, so each executor has one owner at a time, the
+        pool or one call (:func:`_free_pool` too takes each one out before freeing it).
         """
         if self._idle.get(key) is not pool:
             executor.free()
             return
-        earlier = pool.get(channel)
+        earlier = pool.pop(channel, None)  # one step: a call on another thread may pop the channel's executor
+        pool[channel] = executor
         if earlier is not None and earlier is not executor:
             earlier.free()
-        pool[channel] = executor
 
     def persistent(self, call: CallPlan, sendbuf, recvbuf, info=None) -> ScheduleRequest:
         """A persistent request (``*_init``): size pass now if needed, bound once, own channel.
@@ -812,7 +821,13 @@ class _PooledRequest(ScheduleRequest):
 
 
 def _free_pool(pool: dict) -> None:
-    for executor in pool.values():
+    """Free the idle executors of a pool, each taken out first: a call on another thread that
+    popped one meanwhile owns it (and frees it itself once :meth:`CommRuntime._park` finds the pool gone)."""
+    while pool:
+        try:
+            executor = pool.popitem()[1]
+        except KeyError:  # emptied meanwhile
+            return
         executor.free()
 
 
