@@ -189,7 +189,7 @@ class GlobalCollectivesMixin:
         on this rank ran and why, with :meth:`hierarchy_stats` (local; RuntimeError before any).
 
         ``algorithm``: ``"universal hierarchical"``, ``"dynamic leaders"``, the fixed leaders a
-        non-commutative op falls back to under dynamic leaders, or ``"library"`` (with
+        non-commutative op (or data past MPI's int) falls back to under dynamic leaders, or ``"library"`` (with
         ``reason``); ``"library"`` for every collective where the wrapper keeps the library's."""
         name = global_collective_name(collective)
         if self._sc_global_native:

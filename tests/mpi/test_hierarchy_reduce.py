@@ -370,3 +370,37 @@ def test_dynamic_leaders_on_a_cartesian_communicator():
         assert got.tolist() == (numpy.arange(3.0) * SIZE + SIZE * (SIZE - 1) / 2).tolist()
     finally:
         comm.Free()
+
+
+@pytest.mark.parametrize("per_node", RANKS_PER_NODE)
+def test_data_past_mpis_int_runs_the_fixed_leaders_reduction(per_node, monkeypatch):
+    """A call of more than ``MAX_COUNT`` bytes would pass MPI's int in the dynamic leaders' one-message
+    steps (Open MPI 5.0 refuses such counts): it runs the fixed leaders' reduction, which cuts its
+    calls into pieces. MPI's int is shrunk to 64 bytes for this module; rank 0 passes pairs of
+    int64 where the others pass int64 (one signature), so the bytes decide alike on every rank."""
+    monkeypatch.setattr(reduce_dynamic, "MAX_COUNT", 64)
+    comm = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=per_node, reduce="dynamic")
+    try:
+        sleep = _sleeper(71 + per_node)
+        for count, expected_call in ((8, reduce_dynamic.DYNAMIC_LEADERS),  # 64 bytes: fits
+                                     (10, f"fixed leaders ({reduce_dynamic.PAST_MPIS_INT})")):  # 80
+            spec = ((lambda array, count=count: [array, count // 2, PAIR]) if RANK == 0
+                    else (lambda array, count=count: [array, count, MPI.INT64_T]))
+            send = _data(count, count)
+            got, expected = numpy.full(count, -7, dtype="i8"), numpy.empty(count, dtype="i8")
+            before = comm.hierarchy_stats()["dynamic_reduce"]["fixed_calls"]
+            sleep()
+            comm.Reduce(spec(send), spec(got), MPI.SUM, root=SIZE - 1)
+            WORLD.Reduce(send, expected, MPI.SUM, root=SIZE - 1)
+            if RANK == SIZE - 1:
+                assert got.tolist() == expected.tolist()
+            assert comm.plan_stats("Reduce")["algorithm"] == expected_call
+            sleep()
+            comm.Allreduce(spec(send), spec(got), MPI.SUM)
+            WORLD.Allreduce(send, expected, MPI.SUM)
+            assert got.tolist() == expected.tolist()
+            stats = comm.hierarchy_stats()["dynamic_reduce"]
+            assert stats["last_call"] == expected_call
+            assert stats["fixed_calls"] == before + (2 if expected_call != reduce_dynamic.DYNAMIC_LEADERS else 0)
+    finally:
+        comm.Free()

@@ -64,7 +64,9 @@ exactly, floating-point results differ by rounding: each result element is a sum
 of the ``size`` contributions in some order, so for sums it is within ``(size - 1) * eps *
 sum(|x_i|)`` of the exact value, the bound of any summation order. A non-commutative op
 (``Op.Is_commutative()`` false) falls back to the fixed-order reduction (the caller's, named in
-:meth:`DynamicReduce.stats`), as arrival order would change the operand order.
+:meth:`DynamicReduce.stats`), as arrival order would change the operand order. So does a call
+of more than ``MAX_COUNT`` bytes (:func:`_past_mpis_int`): the fixed leaders' reductions keep
+their counts inside MPI's int, piece by piece, where this module's one-message steps would not.
 
 Every rank passes the same ``count`` and a datatype of the same type signature, as MPI asks; the
 layouts may differ (``DOUBLE`` on one rank, a double resized to 16 bytes on another): the shared
@@ -81,7 +83,7 @@ import numpy
 from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, predefined_leaves, reject_in_place, span
-from ..checks import is_integer, reduction_op, tag_upper_bound
+from ..checks import MAX_COUNT, is_integer, reduction_op, tag_upper_bound
 from .copying import check_one_datatype, is_contiguous, laid_out
 from .node import ALIGNMENT, NodeLayout, SharedWindow
 
@@ -98,6 +100,8 @@ _ANNOUNCE, _PARENT, _NODE_DONE, _RESULT, _TAGS_AFTER_NODES = 0, 1, 2, 3, 4
 
 MODES = ("dynamic", "fixed")
 DYNAMIC_LEADERS = "dynamic leaders"
+#: Why a call ran the fixed-order reduction (:meth:`DynamicReduce.stats`'s ``last_call``).
+NON_COMMUTATIVE, PAST_MPIS_INT = "non-commutative op", "data past MPI's int"
 
 
 def binomial_parent(node: int, root_node: int, nodes: int) -> int:
@@ -182,7 +186,8 @@ class DynamicReduce:
     # -- public ---------------------------------------------------------------------------------
     def reduce(self, sendbuf, recvbuf, op: MPI.Op, root: int) -> bool:
         """``Comm.Reduce`` with dynamic leaders (``sendbuf`` may be ``MPI.IN_PLACE`` or None at the
-        root). A non-commutative op runs the fixed-order reduction; returns what that returns, else True."""
+        root). A non-commutative op, or data past MPI's int, runs the fixed-order reduction; returns
+        what that returns, else True."""
         size = self.wire.Get_size()
         if not is_integer(root) or not 0 <= root < size:
             raise ValueError(f"root: expected an integer in [0, {size}), got {root!r}")
@@ -193,27 +198,33 @@ class DynamicReduce:
         if not is_root:
             reject_in_place(sendbuf, "sendbuf", "Reduce")
         if not op.Is_commutative():
-            self._fixed()
+            self._fixed(NON_COMMUTATIVE)
             return self.fixed_reduce(sendbuf, recvbuf, op, root)
         mine = self._parse(recvbuf if in_place else sendbuf, "recvbuf" if in_place else "sendbuf",
                            readonly=not in_place)
         result = self._parse(recvbuf, "recvbuf", readonly=False) if is_root else None
         if result is not None:
             _check_reduction_pair(mine, result)
+        if _past_mpis_int(mine[1]):
+            self._fixed(PAST_MPIS_INT)
+            return self.fixed_reduce(sendbuf, recvbuf, op, root)
         self._dynamic(mine, result, op, root, broadcast=False)
         return True
 
     def allreduce(self, sendbuf, recvbuf, op: MPI.Op) -> bool:
         """``Comm.Allreduce`` with dynamic leaders: reduce to rank 0, broadcast down the same leaders
-        (``sendbuf`` may be ``MPI.IN_PLACE`` or None). A non-commutative op runs the fixed-order
-        reduction; returns what that returns, else True."""
+        (``sendbuf`` may be ``MPI.IN_PLACE`` or None). A non-commutative op, or data past MPI's
+        int, runs the fixed-order reduction; returns what that returns, else True."""
         reduction_op(op)
         if not op.Is_commutative():
-            self._fixed()
+            self._fixed(NON_COMMUTATIVE)
             return self.fixed_allreduce(sendbuf, recvbuf, op)
         result = self._parse(recvbuf, "recvbuf", readonly=False)
         mine = result if is_in_place(sendbuf) else self._parse(sendbuf, "sendbuf", readonly=True)
         _check_reduction_pair(mine, result)
+        if _past_mpis_int(mine[1]):
+            self._fixed(PAST_MPIS_INT)
+            return self.fixed_allreduce(sendbuf, recvbuf, op)
         self._dynamic(mine, result, op, 0, broadcast=True)
         return True
 
@@ -231,9 +242,9 @@ class DynamicReduce:
         self.self_comm.Free()
 
     # -- one call -------------------------------------------------------------------------------
-    def _fixed(self):
+    def _fixed(self, reason: str):
         self.counts["fixed_calls"] += 1
-        self.last_call = f"{self.fixed_name} (non-commutative op)"
+        self.last_call = f"{self.fixed_name} ({reason})"
 
     def _parse(self, spec, arg: str, readonly: bool) -> tuple:
         """``(origin address, shape)`` of a one-block buffer spec."""
@@ -514,6 +525,14 @@ def _element_type(datatype: MPI.Datatype):
     return leaves[0] if len(leaves) == 1 else None
 
 
+
+
+def _past_mpis_int(shape: _Shape) -> bool:
+    """Whether a call's data has more than ``MAX_COUNT`` bytes: its messages, its shared slot and its
+    ``Reduce_local`` could then pass MPI's int, so it runs the fixed-order reduction, which cuts
+    them into pieces. The packed size is the type signature's, the same on every rank (MPI asks
+    for one signature), so every rank decides alike whatever datatype handle each one passed."""
+    return shape.count * shape.datatype.Get_size() > MAX_COUNT
 
 
 def _check_reduction_pair(mine: tuple, result: tuple) -> None:
