@@ -309,3 +309,84 @@ def test_a_nonblocking_call_in_flight_keeps_its_executor_through_release_caches(
         assert recv.tolist() == [0, 1, 2, 3] and comm.schedules_bound == bound + 1
     finally:
         comm.Free()
+
+
+class _Recorded:
+    """A persistent request that records its calls in a shared log and completes at once."""
+
+    def __init__(self, name: str, log: list):
+        self.name, self.log = name, log
+
+    def Start(self):
+        self.log.append(("Start", self.name))
+
+    def Wait(self, status=None):
+        self.log.append(("Wait", self.name))
+        return True
+
+    def Test(self, status=None):
+        self.log.append(("Test", self.name))
+        return True
+
+    def Get_status(self, status=None):
+        return True
+
+    def Free(self):
+        self.log.append(("Free", self.name))
+
+
+@pytest.mark.parametrize("win, winner", [(1e9, "choice"), (0.0, "library")])
+def test_a_checked_request_alternates_then_keeps_the_winner(win, winner):
+    """The online check of a persistent request: its warm-up and timed runs alternate the choice and
+    the library (choice first), this rank's times of the timed runs alone are agreed at the next
+    start, which runs the library's request; then the loser is freed and the request calls the
+    winner's methods directly."""
+    from sparsecoll.runtime.online_check import CheckedRequest, Verdict
+
+    log, posted = [], []
+
+    def post(times):
+        posted.append(list(times))
+        return Verdict(MPI.COMM_SELF, times, win, 3, "choice")
+    requests = [_Recorded("choice", log), _Recorded("library", log)]
+    request = CheckedRequest(requests, post, warmup_pairs=1, timed_pairs=2)
+    runs = []
+    for run in range(7):
+        request.Start()
+        runs.append(log[-1][1])
+        if run % 2:
+            assert request.Test()
+        else:
+            request.Wait()
+    assert runs == ["choice", "library"] * 3 + ["library"]
+    assert len(posted) == 1 and len(posted[0]) == 4 and all(t >= 0 for t in posted[0])
+    assert request.verdict.done and request.winner == (0 if winner == "choice" else 1)
+    loser = "library" if winner == "choice" else "choice"
+    assert log[-1] == ("Free", loser)
+    kept = requests[0 if winner == "choice" else 1]
+    assert request.Start.__self__ is kept and request.Wait.__self__ is kept  # no frame of the check
+    request.Start()
+    request.Wait()
+    assert log[-2:] == [("Start", winner), ("Wait", winner)]
+    request.Free()
+    assert log[-1] == ("Free", winner) and request == MPI.REQUEST_NULL and not request
+    with pytest.raises(MPI.Exception):
+        request.Free()
+
+
+def test_a_checked_request_refuses_a_second_start_and_frees_both_before_its_verdict():
+    """Start on an active run raises; Free of an active run completes it, then frees both requests;
+    Wait on an inactive request returns at once, with MPI's empty status."""
+    from sparsecoll.runtime.online_check import CheckedRequest
+
+    log = []
+    request = CheckedRequest([_Recorded("choice", log), _Recorded("library", log)], None, 1, 1)
+    status = MPI.Status()
+    assert request.Wait(status) and status.Get_source() == MPI.ANY_SOURCE
+    request.Start()
+    with pytest.raises(RuntimeError, match="active"):
+        request.Start()
+    request.Free()
+    assert log == [("Start", "choice"), ("Wait", "choice"), ("Free", "choice"), ("Free", "library")]
+    with pytest.raises(ValueError, match="serialize"):
+        __import__("pickle").dumps(CheckedRequest([], None, 1, 1))

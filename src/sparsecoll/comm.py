@@ -885,10 +885,10 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     (default: ``$SPARSECOLL_PROFILE``, else this host's ``sparsecoll calibrate`` profile,
     else a conservative built-in one), read here, so a bad file raises here;
     by default (``verify_choice=None``) it times a choice that is not ``native`` against it (the
-    first blocking calls; a persistent request's starts at its init) and switches back where
-    the choice loses; ``verify_choice=True`` also tries the model's near miss where it chose
-    ``native``, at a persistent request's init; ``False`` times nothing (the model's choice
-    stands). Every rank must pass the same value; with another algorithm ``profile`` and
+    first blocking calls; a persistent request's first starts) and switches back where the
+    choice loses; ``verify_choice=True`` also checks the model's near miss where it chose
+    ``native``, in a persistent request's first starts; ``False`` times nothing (the model's
+    choice stands). Every rank must pass the same value; with another algorithm ``profile`` and
     ``verify_choice=True`` raise TypeError.
     auto asks, as MPI libraries do when they pick a collective algorithm by message size, that
     a regular call (allgather, alltoall) passes the same block size on every rank; where the

@@ -66,6 +66,7 @@ from mpi4py import MPI
 import sparsecoll
 from sparsecoll.model.profile import BUILTIN
 from sparsecoll.runtime import progress
+from sparsecoll.runtime.online_check import CheckedRequest
 
 from . import cases
 
@@ -1336,6 +1337,12 @@ CARTESIAN_ONLY = {"cartesian", "cartesian_trivial"}
 ALLGATHER_ONLY = {"distance_halving"}
 MULTI_STEP_NAMES = {"cartesian", "common_neighbor", "distance_halving", "loggp_tree", "node_aware"}
 WITH_AUTO = "auto" in os.environ.get("SPARSECOLL_ADVERSARIAL_ALGORITHMS", "auto")
+#: Timed pairs of the online check of auto's persistent requests in these programs (one, so that a
+#: request started :data:`CHECKED_STARTS` times has agreed on its verdict and runs the winner).
+CHECKED_PAIRS = 1
+CHECKED_STARTS = 2 * (3 + CHECKED_PAIRS) + 2  # auto.CHECK_WARMUP = 3 pairs untimed; one start past the verdict
+#: What a program "used" when one of auto's persistent requests agreed on its check.
+AUTO_CHECK_AGREED = "auto: a persistent request's check agreed"
 SHAPES = ("graph", "graph", "cart_neighborhood", "cart_neighborhood", "cartcomm")
 
 
@@ -1410,6 +1417,8 @@ def wrappers(draw, names: list, size: int):
             options["ranks_per_socket"] = ranks_per_socket
     elif name == "loggp_tree" and draw(st.booleans()):
         options.update(L=0.0, t=0)  # hands off wherever X >= 2
+    elif name == "auto" and draw(st.booleans()):
+        options["verify_choice"] = True  # every persistent request checked (the test widens TRIAL_BAND)
     if name != "native":
         # SC12 III-C: messages start as their dependencies complete; II-C: one-sided puts
         executor = draw(st.sampled_from([None, None, "dag", "dag", "rma", "rma_canary"]))
@@ -1465,16 +1474,21 @@ def operations(draw, wrapper_list: list, menu: list, size: int):
     if op == "nonblocking":
         step["ring_during"] = draw(st.booleans())
     else:
-        step["starts"] = draw(st.integers(1, 3))
+        step["starts"] = draw(st.sampled_from([1, 2, 3, CHECKED_STARTS]))
     return step
 
 
 @st.composite
-def programs(draw, size: int, require=None):
+def programs(draw, size: int, require=None, check: bool = False):
     """One whole program: topology, wrappers of its handle, a repertoire of calls and the
     operations, with per-rank choices (buffer reuse, completion order and method) indexed
-    by rank. ``require``: an algorithm the first wrapper has and the first operation calls."""
+    by rank. ``require``: an algorithm the first wrapper has and the first operation calls.
+    ``check``: a distributed graph whose first wrapper is auto with ``verify_choice=True``,
+    and whose first operation starts one or two of its persistent requests until their checks
+    have agreed."""
     shapes = [shape for shape in SHAPES if require is None or require in candidate_algorithms(shape)]
+    if check:
+        shapes = ["graph"]  # (Open MPI's library may not run on some Cartesian neighborhoods: no check)
     shape = draw(st.sampled_from(shapes))
     if shape == "graph":
         topology = draw(graph_topologies(size))
@@ -1489,6 +1503,17 @@ def programs(draw, size: int, require=None):
     if require is not None:
         first = (0, *draw(call_templates(wrapper_list[:1]))[1:], draw(st.integers(0, 99)))
         ops.insert(0, {"op": "blocking", "call": first, "reuse": draw(per_rank(st.booleans(), size))})
+    if check:
+        wrapper_list[0] = ("auto", {**wrapper_list[0][1], "verify_choice": True})
+        n = draw(st.integers(1, 2))
+        regular = [(0, c, kind, layout) for c in ("allgather", "alltoall") for kind in ("i4", "f8")
+                   for layout in (0, 1)]
+        ops.insert(0, {"op": "persistent", "calls": [(*draw(st.sampled_from(regular)), draw(st.integers(0, 99)))
+                                                     for _ in range(n)],
+                       "reuse": draw(per_rank(st.booleans(), size)),
+                       "orders": draw(per_rank(st.permutations(range(n)), size)),
+                       "completion": draw(per_rank(st.sampled_from(["wait", "test"]), size)),
+                       "starts": CHECKED_STARTS})
     return {"topology": topology, "wrappers": wrapper_list, "ops": ops}
 
 
@@ -1603,6 +1628,8 @@ class ProgramRun:
                     s.check(self.failures)
         finally:
             for request in requests:
+                if isinstance(request, CheckedRequest) and request.winner is not None:
+                    self.used.add(AUTO_CHECK_AGREED)
                 request.Free()
 
     def _ring(self, index: int, op: dict) -> None:
@@ -1650,7 +1677,8 @@ def drive_examples() -> dict:
     """Rank 0: generate programs with hypothesis and broadcast each one to every rank.
 
     EXAMPLES programs, then one more for each algorithm none of them called (so every
-    algorithm runs at every size, whatever the number of examples)."""
+    algorithm runs at every size, whatever the number of examples), and one more where no
+    persistent request of auto agreed on its check."""
     summary = {"programs": 0, "used": set(), "error": None}
 
     def run(strategy, count: int) -> None:
@@ -1669,6 +1697,8 @@ def drive_examples() -> dict:
         run(programs(SIZE), EXAMPLES)
         for name in sorted(set(ALGORITHMS + (["auto"] if WITH_AUTO else [])) - summary["used"]):
             run(programs(SIZE, require=name), 1)
+        if WITH_AUTO and AUTO_CHECK_AGREED not in summary["used"]:
+            run(programs(SIZE, require="auto", check=True), 1)
     except Exception as exc:  # noqa: BLE001 - reported to every rank below
         summary["error"] = exc
     finally:
@@ -1677,12 +1707,18 @@ def drive_examples() -> dict:
 
 
 @pytest.mark.timeout(PROPERTY_TIMEOUT)
-def test_random_programs_match_the_mpi_library(capsys, request):
+def test_random_programs_match_the_mpi_library(capsys, request, monkeypatch):
     """Case 8: hypothesis-generated programs (rank 0 generates, every rank runs the same
     program): random topologies, several wrappers of one handle, blocking, nonblocking and
     persistent calls with per-rank buffer reuse and completion orders, user point-to-point
     traffic; every result bit for bit against the MPI library.
-    ``SPARSECOLL_ADVERSARIAL_EXAMPLES`` sets the number of programs."""
+    ``SPARSECOLL_ADVERSARIAL_EXAMPLES`` sets the number of programs. auto's persistent requests
+    are checked against the library's in short checks (:data:`CHECKED_PAIRS`), of every built
+    candidate where a wrapper passed ``verify_choice=True``."""
+    from sparsecoll.runtime import auto
+    assert auto.CHECK_WARMUP == 3, "CHECKED_STARTS counts on it"
+    monkeypatch.setattr(auto, "PERSISTENT_TRIALS", CHECKED_PAIRS)
+    monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
     _CAPTURE["manager"] = request.config.pluginmanager.getplugin("capturemanager")
     if RANK == 0:
         summary = drive_examples()
@@ -1691,6 +1727,8 @@ def test_random_programs_match_the_mpi_library(capsys, request):
         missing = set(ALGORITHMS + (["auto"] if WITH_AUTO else [])) - summary["used"]
         if problem is None and missing:
             problem = f"no program called {sorted(missing)}"
+        if problem is None and WITH_AUTO and AUTO_CHECK_AGREED not in summary["used"]:
+            problem = "no persistent request of auto agreed on its check"
         if problem is None and not any(name.endswith("[dag]") for name in summary["used"]):
             problem = "no program ran the dag executor"
         if problem is None and not any(name.endswith(("[rma]", "[rma_canary]")) for name in summary["used"]):

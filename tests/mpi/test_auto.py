@@ -557,76 +557,129 @@ def two_ring():
         raw.Free()
 
 
-def persistent_alltoall(comm, raw, nbytes: int, spec: bool):
-    """A persistent alltoall through ``comm``: the receive buffer is untouched by the init (the trial
-    runs on copies), and after Start/Wait equals the library's; returns what the init chose."""
-    send = (numpy.arange(2 * nbytes, dtype="u1") + 7 * RANK).astype("u1")
+def check_starts() -> int:
+    """Starts after which a checked persistent request has agreed on its verdict."""
+    from sparsecoll.runtime import auto
+    return 2 * (auto.CHECK_WARMUP + auto.PERSISTENT_TRIALS) + 1
+
+
+def started(request, send, got, raw, nbytes: int, spec: bool, starts: int, by_test: bool = False) -> None:
+    """Start ``request`` ``starts`` times, completing each run by Wait (by a Test loop where
+    ``by_test``), with new send data each time; every run's data equals the library's."""
+    expected = numpy.zeros_like(got)
+    for run in range(starts):
+        send[:] = (numpy.arange(send.size) + 7 * RANK + 3 * run).astype("u1")
+        request.Start()
+        if by_test:
+            while not request.Test():
+                pass
+        else:
+            request.Wait()
+        raw.Neighbor_alltoall([send, nbytes, MPI.BYTE] if spec else send, expected)
+        assert numpy.array_equal(got, expected), run
+
+
+def persistent_alltoall(comm, raw, nbytes: int, spec: bool, starts: int | None = None, by_test: bool = False):
+    """A persistent alltoall through ``comm``: the init writes nothing into the receive buffer, and
+    every run equals the library's (:func:`started`, by default until a check would have agreed);
+    returns what ``plan_stats`` then says of the class."""
+    send = numpy.zeros(2 * nbytes, dtype="u1")
     got = numpy.full(2 * nbytes, 42, dtype="u1")
     request = comm.Neighbor_alltoall_init([send, nbytes, MPI.BYTE] if spec else send,
                                           [got, nbytes, MPI.BYTE] if spec else got)
     assert (got == 42).all()  # the init wrote nothing into the user's receive buffer
-    request.Start()
-    request.Wait()
+    started(request, send, got, raw, nbytes, spec, check_starts() if starts is None else starts, by_test)
     request.Free()
-    expected = numpy.zeros_like(got)
-    raw.Neighbor_alltoall(send, expected)
-    assert numpy.array_equal(got, expected)
+    assert request == MPI.REQUEST_NULL
     return comm.plan_stats("alltoall", block_bytes=nbytes, form="persistent")["auto"]
 
 
 @pytest.mark.parametrize("win, expect", [(1e9, "candidate"), (0.0, "native"), (None, "either")])
-def test_a_persistent_near_miss_is_measured_at_init(monkeypatch, win, expect):
-    """verify_choice: every built candidate in the trial band (widened here): the init times it against native on
-    scratch buffers and keeps the winner, the same on every rank, although each rank measures its
-    own times and rank 0 passes buffer specs while the others pass plain arrays; a forced win
-    (``TRIAL_WIN``) decides as forced; a second request of the class takes the outcome untried."""
+def test_a_persistent_near_miss_is_checked_in_its_first_starts(monkeypatch, win, expect):
+    """verify_choice: every built candidate in the trial band (widened here): the request's first
+    starts time it against native on the user's buffers and it keeps the winner, the same on every
+    rank, although each rank measures its own times, rank 0 passes buffer specs and completes each
+    run by a Test loop while the others pass plain arrays and Wait; a forced win (``TRIAL_WIN``)
+    decides as forced; a second request of the class takes the outcome unchecked."""
     from sparsecoll.runtime import auto
     monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
     if win is not None:
         monkeypatch.setattr(auto, "TRIAL_WIN", win)
     with two_ring() as raw:
         comm = sparsecoll.wrap(raw, verify_choice=True)
-        explained = persistent_alltoall(comm, raw, 64, spec=RANK == 0)
+        explained = persistent_alltoall(comm, raw, 64, spec=RANK == 0, by_test=RANK == 0)
         trial = explained["trial"]
-        assert trial is not None and "skipped" not in trial, explained
+        assert trial is not None, explained
         assert trial["candidate_seconds"] > 0 and trial["native_seconds"] > 0
         if expect == "candidate":
             assert trial["winner"] == trial["candidate"] == explained["algorithm"] != "native"
         elif expect == "native":
             assert trial["winner"] == explained["algorithm"] == "native"
-        assert "measured at a persistent init" in explained["reason"]
+        assert "measured by a persistent request's first starts" in explained["reason"]
         assert_same_on_every_rank((trial, explained["algorithm"]))
-        again = persistent_alltoall(comm, raw, 64, spec=RANK != 0)
+        again = persistent_alltoall(comm, raw, 64, spec=RANK != 0, starts=3)
         assert again["trial"] == trial and again["algorithm"] == explained["algorithm"]
+        assert comm.plan_stats("alltoall", block_bytes=64, form="persistent")["auto"]["trial"] == trial
 
 
-def test_a_persistent_trial_is_skipped_on_every_rank_when_one_rank_cannot_copy(monkeypatch):
-    """Rank 0 passes a bytearray (no scratch copy): no rank starts a trial request (none waits for
-    a partner that never starts), the model's choice stays, and the data is the library's."""
+def test_a_persistent_check_runs_on_any_buffer(monkeypatch):
+    """Rank 0 passes a bytearray (the init trial of before needed numpy arrays to copy): the check
+    runs on the user's buffers whatever they are, agrees on every rank, and the data is the library's."""
     from sparsecoll.runtime import auto
     monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
     with two_ring() as raw:
         comm = sparsecoll.wrap(raw, verify_choice=True)
         nbytes = 16
-        send = bytearray((numpy.arange(2 * nbytes) + RANK).astype("u1").tobytes())
+        send = bytearray(2 * nbytes)
         got = numpy.zeros(2 * nbytes, dtype="u1")
         request = comm.Neighbor_alltoall_init([send, nbytes, MPI.BYTE] if RANK == 0 else
                                               [numpy.frombuffer(send, dtype="u1"), nbytes, MPI.BYTE],
                                               [got, nbytes, MPI.BYTE])
-        request.Start()
-        request.Wait()
+        started(request, numpy.frombuffer(send, dtype="u1"), got, raw, nbytes, True, check_starts())
         request.Free()
-        expected = numpy.zeros_like(got)
-        raw.Neighbor_alltoall([send, nbytes, MPI.BYTE], [expected, nbytes, MPI.BYTE])
-        assert numpy.array_equal(got, expected)
         explained = comm.plan_stats("alltoall", block_bytes=nbytes, form="persistent")["auto"]
-        assert "skipped" in explained["trial"]
+        assert explained["trial"] is not None and explained["trial"]["winner"] == explained["algorithm"]
         assert_same_on_every_rank(explained["trial"])
 
 
+def test_persistent_checks_agree_whatever_order_the_ranks_complete_them(monkeypatch):
+    """Two requests of one class checked at once, their verdicts forced apart (the candidate wins the
+    first, the library the second); rank 0 completes the runs that agree in the opposite order of
+    the others'. The next init of the class applies both in the order they were posted on every
+    rank (the second stands) and takes it unchecked; a request freed before its check ended posts
+    nothing and the next one is checked again."""
+    from sparsecoll.runtime import auto
+    monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
+    nbytes = 32
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw, verify_choice=True)
+        sends = [numpy.zeros(2 * nbytes, dtype="u1") for _ in range(2)]
+        gots = [numpy.zeros(2 * nbytes, dtype="u1") for _ in range(2)]
+        requests = [comm.Neighbor_alltoall_init(s, g) for s, g in zip(sends, gots)]
+        for request, send, got in zip(requests, sends, gots):
+            started(request, send, got, raw, nbytes, False, check_starts() - 1)
+        monkeypatch.setattr(auto, "TRIAL_WIN", 1e9)
+        requests[0].Start()  # posts the first verdict: the candidate wins
+        monkeypatch.setattr(auto, "TRIAL_WIN", 0.0)
+        requests[1].Start()  # posts the second: the library wins
+        for request in (requests if RANK else requests[::-1]):
+            request.Wait()
+        assert [r.winner for r in requests] == [0, 1]  # online_check.CHOICE, LIBRARY
+        for request in requests:
+            request.Free()
+        explained = persistent_alltoall(comm, raw, nbytes, spec=False, starts=2)
+        assert explained["trial"]["winner"] == explained["algorithm"] == "native"
+        assert_same_on_every_rank(explained["trial"])
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw, verify_choice=True)
+        cut_short = persistent_alltoall(comm, raw, nbytes, spec=False, starts=5)
+        assert cut_short["trial"] is None
+        assert persistent_alltoall(comm, raw, nbytes, spec=False)["trial"] is not None
+
+
 def test_by_default_a_persistent_near_miss_is_not_timed(monkeypatch):
-    """Where the model keeps the library's call, the default tries nothing (only ``verify_choice=True``
-    moves a class away from the library on a trial)."""
+    """Where the model keeps the library's call, the default checks nothing (only ``verify_choice=True``
+    moves a class away from the library on a check)."""
     from sparsecoll.runtime import auto
     monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
     with two_ring() as raw:
@@ -637,11 +690,12 @@ def test_by_default_a_persistent_near_miss_is_not_timed(monkeypatch):
 
 @pytest.mark.parametrize("verify_choice", [None, False])
 @pytest.mark.parametrize("win", [1e9, 0.0])
-def test_by_default_a_persistent_choice_is_timed_at_init(monkeypatch, verify_choice, win):
-    """The model's choice of a persistent request that is not the library's is timed against it at
-    the init by default, and the class runs the library's where the choice loses (Open MPI's
-    64 KiB persistent allgathers on the VM ran the model's cartesian at 1.25-1.60x native); a
-    forced win (``TRIAL_WIN``) keeps the choice. ``verify_choice=False``: the choice stands untimed."""
+def test_by_default_a_persistent_choice_is_checked(monkeypatch, verify_choice, win):
+    """The model's choice of a persistent request that is not the library's is checked against it in
+    the request's first starts by default, and the class runs the library's where the choice loses
+    (Open MPI's 64 KiB persistent allgathers on the VM ran the model's cartesian at 1.25-1.60x
+    native); a forced win (``TRIAL_WIN``) keeps the choice. ``verify_choice=False``: the choice
+    stands unchecked."""
     from sparsecoll.runtime import auto
     monkeypatch.setattr(auto, "TRIAL_WIN", win)
     with two_ring() as raw:
@@ -651,7 +705,7 @@ def test_by_default_a_persistent_choice_is_timed_at_init(monkeypatch, verify_cho
             assert explained["trial"] is None and explained["algorithm"] != "native", explained
         else:
             trial = explained["trial"]
-            assert trial["candidate"] != "native", explained  # the model's choice was tried
+            assert trial["candidate"] != "native", explained  # the model's choice was checked
             assert explained["algorithm"] == trial["winner"] == (trial["candidate"] if win else "native")
         assert_same_on_every_rank((explained["trial"], explained["algorithm"]))
 

@@ -53,28 +53,28 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   calling only the library and auto. Its cost is once per size class: :data:`CHECK_CALLS` / 2
   calls of the library's and one allreduce. Nonblocking calls are not checked (their time
   ends in the user's ``Wait``).
-* **Trial of a persistent request** (on by default for the model's choice; ``verify_choice=True``
-  also for its near misses; ``False`` turns it off): a persistent request is made to be started
-  many times, and its init is collective, so there the choice can be measured. Where the model
-  chose a candidate (and, with ``verify_choice=True``, where it kept ``native`` while a built
-  candidate is predicted at most :data:`TRIAL_BAND` times native's time), the
-  init makes both requests on scratch copies of the buffers (the user's receive buffer is
-  not touched before ``Start``), starts them alternately :data:`PERSISTENT_TRIALS` times
-  each, after a barrier each time, as the bench and ``calibrate`` time a call
-  (:func:`sparsecoll.model.calibrate.timed_medians`, after its untimed warm-up starts), and one
-  allreduce takes every start's time to the maximum over ranks; the candidate wins if the
-  median of its maxima is at most :data:`TRIAL_WIN` times native's. The outcome is kept for
-  the size class (every rank holds the same: it came from the allreduce), so later requests
-  of the class take it untried. Only regular calls with numpy buffers (plain, or ``[array, count, type]``) on
-  every rank are tried; others keep the model's choice. By default the trial only checks a
-  choice that is not ``native``, so, like the online check, it only ever moves a class to the
-  library: on the 2-core VM (``benchmarks/auto/README.md``, eighteenth run) Open MPI's 64 KiB
-  persistent allgathers on the stencil and Moore neighborhoods ran the model's `cartesian` at
-  1.25 and 1.60 x the library's call. Near misses are tried on request only: on the 16-core
-  machine (``benchmarks/16core/README.md``) the trial's winners ran at 0.85-0.91 x native in
-  the bench with every algorithm, but two of them at 1.04 and 1.10 x native in a bench of
-  native and auto alone: 25 starts right after the init do not foretell the steady state
-  well enough to move a class away from the library by default.
+* **Online check of a persistent request** (on by default for the model's choice;
+  ``verify_choice=True`` also for its near misses; ``False`` turns it off): a persistent request
+  is made to be started many times. Where the model chose a candidate (and, with
+  ``verify_choice=True``, where it kept ``native`` while a built candidate is predicted at most
+  :data:`TRIAL_BAND` times native's time), the init makes both requests on the user's buffers
+  and returns a :class:`~.online_check.CheckedRequest`: its first starts alternate the two,
+  :data:`CHECK_WARMUP` pairs untimed, then :data:`PERSISTENT_TRIALS` pairs timed (each run's time
+  is what the caller spends in its ``Start`` and its ``Test``/``Wait`` calls); the next start
+  posts one nonblocking allreduce of those times (their maximum over ranks), which that run's
+  completion waits for, and the request keeps the candidate if the median of its maxima is at
+  most :data:`TRIAL_WIN` times native's, else the library's request. The verdict is kept for the
+  size class at the next init or decision of this collective (every rank makes those calls in
+  the same order, and applies the verdicts in the order they were posted), so later requests of
+  the class take it unchecked. By default only a choice that is not ``native`` is checked, so
+  it only ever moves a class to the library: on the 2-core VM (``benchmarks/auto/README.md``,
+  eighteenth run) Open MPI's 64 KiB persistent allgathers on the stencil and Moore
+  neighborhoods ran the model's `cartesian` at 1.25 and 1.60 x the library's call. The check
+  replaced a trial at the init, on scratch copies of the buffers, started in a burst: in the
+  bench's process it accepted `distance_halving` for Open MPI's 64 KiB persistent allgathers
+  that then ran at 1.08-1.16 x native (twentieth stop), and on the 16-core machine
+  (``benchmarks/16core/README.md``) its near-miss winners ran at 1.04 and 1.10 x native in a
+  bench of native and auto alone.
 
 Counts and trials are indexed by (collective, size class), which every rank passes
 through in the same order under the rule above, so the collective steps they trigger
@@ -90,11 +90,11 @@ import numpy
 from mpi4py import MPI
 
 from ..model import choice as model
-from ..model.calibrate import timed_medians
 from ..model.profile import FORMS, library_name, ranks_per_core, ranks_per_node
 from ..pattern import REGULAR
 from ..topology.placement import node_cores
 from ..topology.placement import resolve as resolve_placement
+from .online_check import CheckedRequest, Verdict
 
 #: Calls of one (collective, size class) after which a predicted-winning protocol candidate is built.
 REPEATS = 8
@@ -109,11 +109,13 @@ TRIALS = 5
 CHECK_WARMUP = 3
 #: Blocking calls of one size class the online check runs.
 CHECK_CALLS = 2 * (CHECK_WARMUP + TRIALS)
-#: Timed starts of each request in the trial of a persistent request (after the calibration's WARMUP).
-PERSISTENT_TRIALS = 25
-#: A built candidate predicted at most this times native's time is tried against it at a persistent init.
+#: Pairs of (choice, native) runs timed by the online check of a persistent request (after
+#: :data:`CHECK_WARMUP` pairs untimed): a persistent request runs for long, so its check takes
+#: twice the blocking check's samples.
+PERSISTENT_TRIALS = 10
+#: A built candidate predicted at most this times native's time is checked against it in a persistent request.
 TRIAL_BAND = 1.0
-#: A tried candidate replaces ``native`` if its measured time is at most this times native's.
+#: A checked candidate keeps a persistent request if its measured time is at most this times native's.
 TRIAL_WIN = 0.95
 LAST_CLASS = model.CLASSES - 1
 #: What a nonblocking call runs where neither its choice (not set up) nor the library's call may
@@ -214,8 +216,10 @@ class AutoDispatch:
         self._seen: dict = {}  # size class -> calls so far
         self._check_times: dict = {}  # size class -> this rank's times of the online check's calls so far
         self._trials: dict = {}  # size class -> the online check's agreed medians (choice, native) once over
-        #: size class -> the trial of a persistent request of that class: {candidate, seconds, winner}
+        #: size class -> the online check of a persistent request of that class, applied:
+        #: {candidate, candidate_seconds, native_seconds, winner}
         self.persistent_trials: dict = {}
+        self._verdicts: list = []  # persistent requests' checks posted, not applied yet (posting order)
         self._library_only: set = set()  # forms every call sends straight to the library, for good
         self.by_weights = by_weights  # cdag_exact_byte_communications: local_class is the weights'
         #: form -> receive-array bytes under which a call goes to the library (see :meth:`_library_limit`);
@@ -258,7 +262,9 @@ class AutoDispatch:
         self.decide()
 
     def decide(self) -> None:
-        """The tables (per form: size class -> algorithm) from the family's agreed predictions."""
+        """The tables (per form: size class -> algorithm) from the family's agreed predictions and
+        the checks' verdicts (called where every rank decides alike: see :meth:`apply_verdicts`)."""
+        self.apply_verdicts()
         family = self._family
         self.table = model.decide(family.seconds, self.native_allowed)
         built = {name: s for name, s in family.seconds.items() if family.built(name)}
@@ -274,7 +280,7 @@ class AutoDispatch:
             names = {row[self.pinned]} if self.pinned is not None else set(row)
             name = names.pop() if len(names) == 1 else None
             # a blocking choice still to be checked online runs per size class (:meth:`_runner`); a
-            # persistent request's trial may replace even native
+            # persistent request's check may replace even native
             checked = ((form in ("blocking", "persistent") and name != model.NATIVE and self._plan.checks_choices)
                        or (form == "persistent" and self._plan.tries_near_misses))
             if name is not None and (name == model.NATIVE or family.built(name)) and not checked:
@@ -296,6 +302,28 @@ class AutoDispatch:
             self._settled_by_nbytes[form].clear()
             self._settled_by_block[form].clear()
             self._uniform_runs.pop(form, None)
+
+    def apply_verdicts(self) -> None:
+        """Keep the verdict of every persistent request's online check posted so far, in the order
+        they were posted (waiting for each agreement). Called at calls every rank makes in the
+        same order (an init, a decision), after the starts that posted them, so every rank's tables
+        hold the same verdicts there, whichever requests each rank has waited for."""
+        for verdict in self._verdicts:
+            verdict.wait()
+            self.persistent_trials[verdict.size_class] = trial_record(verdict)
+        self._verdicts.clear()
+
+    def _post_verdict(self, size_class: int, candidate: str, times: list) -> Verdict:
+        """The agreement of a persistent request's check (its next start, on every rank)."""
+        verdict = Verdict(self._comm_runtime.private, times, TRIAL_WIN, size_class, candidate)
+        self._verdicts.append(verdict)
+        return verdict
+
+    def _trial(self, size_class: int):
+        """The check of ``size_class``'s persistent requests this rank knows: the last one agreed
+        (a verdict its request completed, not yet applied), else the one applied, else None."""
+        agreed = [v for v in self._verdicts if v.size_class == size_class and v.done]
+        return trial_record(agreed[-1]) if agreed else self.persistent_trials.get(size_class)
 
     def _checked_native(self) -> list:
         """The blocking size classes whose online check the choice lost (agreed medians in ``_trials``):
@@ -325,12 +353,12 @@ class AutoDispatch:
         return tuple(sorted(self._library_only))
 
     def _trial_candidate(self, size_class: int) -> str | None:
-        """The candidate a persistent request of ``size_class`` is tried against ``native`` with, or None.
+        """The candidate a persistent request of ``size_class`` is checked against ``native`` with, or None.
 
         The model's choice where it is not native (unless ``verify_choice=False``); with
         ``verify_choice=True``, where it is native, also the built candidate predicted fastest if at
-        most :data:`TRIAL_BAND` times native's time. None otherwise, once the class was tried,
-        where native may not run, or for the v/w forms."""
+        most :data:`TRIAL_BAND` times native's time. None otherwise, once a check of the class was
+        applied, where native may not run, or for the v/w forms."""
         if (not self._plan.checks_choices or not self.native_allowed or self.collective not in REGULAR
                 or size_class in self.persistent_trials):
             return None
@@ -381,6 +409,9 @@ class AutoDispatch:
         family = self._family
         predicted = {name: float(seconds[f, size_class]) for name, seconds in family.seconds.items()}
         winner = model.NATIVE if form in self._library_only else self.table[f][size_class]
+        trial = self._trial(size_class) if form == "persistent" else None
+        if trial is not None:  # what the next request runs: the check's winner
+            winner = trial["winner"]
         runs = winner if winner == model.NATIVE or family.built(winner) else self.fallback[f][size_class]
         native = predicted[model.NATIVE]
         best = min((n for n in predicted if n != model.NATIVE), key=predicted.get, default=None)
@@ -395,15 +426,17 @@ class AutoDispatch:
         if runs != winner:
             why += (f"; it is estimated, not built: calls run {runs} until the {REPEATS}th call of this size "
                     f"(or a persistent request) builds it")
+        if trial is not None:
+            candidate = trial["candidate"]
+            why = (f"measured by a persistent request's first starts: {candidate} "
+                   f"{trial['candidate_seconds'] * 1e6:.2f} us, native {trial['native_seconds'] * 1e6:.2f} us "
+                   f"(medians of {PERSISTENT_TRIALS} runs each after {CHECK_WARMUP} untimed, the slowest "
+                   f"rank's times): {trial['winner']} runs this size from then on (a candidate needs at most "
+                   f"{TRIAL_WIN} x native's time; the model predicted {candidate} at "
+                   f"{predicted[candidate] / native:.2f} x)")
         if self.pinned is not None:
             why += (f"; pinned: every call of this collective runs size class {size_class}, agreed at its first "
                     f"call, whatever its block size (block_bytes={block_bytes} does not change the choice)")
-        trial = self.persistent_trials.get(size_class) if form == "persistent" else None
-        if trial is not None and "skipped" not in trial:
-            why += (f"; measured at a persistent init: {trial['candidate']} {trial['candidate_seconds'] * 1e6:.2f} us, "
-                    f"native {trial['native_seconds'] * 1e6:.2f} us (medians of the slowest rank's times): "
-                    f"{trial['winner']} "
-                    f"(a candidate needs at most {TRIAL_WIN} x native's time)")
         if form == "blocking" and size_class in self._checked_native():
             chosen_seconds, native_seconds = self._trials[size_class]
             why = (f"the online check measured the model's choice at {chosen_seconds * 1e6:.2f} us "
@@ -555,52 +588,25 @@ class AutoDispatch:
         return run(sendbuf, recvbuf)
 
     def persistent(self, _, sendbuf, recvbuf, info=MPI.INFO_NULL):
-        """A persistent request of the chosen algorithm (protocol candidates are built for it; with
-        ``verify_choice``, the choice or the model's near miss is timed against native first: see
-        the module)."""
+        """A persistent request of the chosen algorithm (protocol candidates are built for it); a
+        :class:`~.online_check.CheckedRequest` where the choice, or with ``verify_choice`` the
+        model's near miss, is checked against native in its first starts (see the module)."""
+        if self._verdicts:  # every rank makes its inits in the same order: the same verdicts here
+            self.decide()
         size_class = self._size_class(sendbuf, recvbuf)
         name = self.choose("persistent", size_class, persistent=True)
         rival = self._trial_candidate(size_class)
-        if rival is not None:
-            name = self._persistent_trial(size_class, rival, sendbuf, recvbuf, info)
-        return self._persistent_request(name, sendbuf, recvbuf, info)
+        if rival is None:
+            return self._persistent_request(name, sendbuf, recvbuf, info)
+        requests = [self._persistent_request(n, sendbuf, recvbuf, info) for n in (rival, model.NATIVE)]
+        return CheckedRequest(requests, partial(self._post_verdict, size_class, rival), CHECK_WARMUP,
+                              PERSISTENT_TRIALS)
 
     def _persistent_request(self, name: str, sendbuf, recvbuf, info):
         if name == model.NATIVE:
             return self._native["persistent"](sendbuf, recvbuf, info)
         call = self._call_plan(name)
         return call.runtime.persistent(call, sendbuf, recvbuf)
-
-    def _persistent_trial(self, size_class: int, rival: str, sendbuf, recvbuf, info) -> str:
-        """Time persistent requests of ``rival`` and ``native`` on scratch buffers (collective: every
-        rank runs the same starts in the same order, whatever its buffers) and keep the winner for
-        ``size_class`` in the persistent table; returns it."""
-        send, recv = scratch_buffer(sendbuf), scratch_buffer(recvbuf)
-        f = FORMS.index("persistent")
-        every = numpy.empty(1)  # whether every rank can make scratch copies (else no rank tries)
-        self._comm_runtime.private.Allreduce(numpy.array([float(send is not None and recv is not None)]),
-                                             every, op=MPI.MIN)
-        if not every[0]:
-            self.persistent_trials[size_class] = {"candidate": rival, "winner": self.table[f][size_class],
-                                                  "skipped": "a rank's buffers are not numpy arrays"}
-            return self.table[f][size_class]
-        requests = [self._persistent_request(name, send, recv, info) for name in (rival, model.NATIVE)]
-
-        def started(request):
-            def run():
-                request.Start()
-                request.Wait()
-            return run
-        try:  # as the bench and calibrate time a call: a barrier before each, the slowest rank's time
-            worst = timed_medians(self._comm_runtime.private, PERSISTENT_TRIALS, *map(started, requests))
-        finally:
-            for request in requests:
-                request.Free()
-        winner = rival if worst[0] <= TRIAL_WIN * worst[1] else model.NATIVE
-        self.table[f][size_class] = self.fallback[f][size_class] = winner
-        self.persistent_trials[size_class] = {"candidate": rival, "candidate_seconds": float(worst[0]),
-                                              "native_seconds": float(worst[1]), "winner": winner}
-        return winner
 
     def _check_pending(self, size_class: int, name: str) -> bool:
         """Whether a blocking call of ``size_class`` that would run ``name`` is one of the online
@@ -634,15 +640,11 @@ class AutoDispatch:
                 self.table[f][size_class] = self.fallback[f][size_class] = model.NATIVE
 
 
-def scratch_buffer(buffer):
-    """A copy of a numpy buffer argument (plain, or ``[array, count, datatype]``) in new memory,
-    for a trial that must not touch the user's buffers; None for any other argument."""
-    if type(buffer) is numpy.ndarray:
-        return buffer.copy()
-    if ((type(buffer) is list or type(buffer) is tuple) and len(buffer) == 3
-            and type(buffer[0]) is numpy.ndarray):
-        return [buffer[0].copy(), buffer[1], buffer[2]]
-    return None
+def trial_record(verdict: Verdict) -> dict:
+    """What ``plan_stats`` reports of a persistent request's check, from its agreed verdict."""
+    choice, library = verdict.medians()
+    return {"candidate": verdict.candidate, "candidate_seconds": choice, "native_seconds": library,
+            "winner": verdict.candidate if verdict.choice_wins() else model.NATIVE}
 
 
 def block_bytes(runtime, collective: str, sendbuf, recvbuf) -> int:

@@ -65,14 +65,14 @@ class Plan:
     @property
     def checks_choices(self) -> bool:
         """Whether auto times its non-native choices against ``native``: blocking ones online, a
-        persistent request's at its init (the default, ``verify_choice`` None, and True;
+        persistent request's in its first starts (the default, ``verify_choice`` None, and True;
         :mod:`sparsecoll.runtime.auto`)."""
         return self.auto and self.verify_choice is not False
 
     @property
     def tries_near_misses(self) -> bool:
-        """Whether auto also tries, at a persistent request's init, the candidate the model predicts
-        nearly as fast as ``native`` where it chose ``native`` (``verify_choice=True`` only)."""
+        """Whether auto also checks, in a persistent request's first starts, the candidate the model
+        predicts nearly as fast as ``native`` where it chose ``native`` (``verify_choice=True`` only)."""
         return self.auto and self.verify_choice is True
 
     def verify_code(self) -> int:

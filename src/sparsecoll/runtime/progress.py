@@ -344,13 +344,13 @@ class ScheduleRequest:
             _check_status(status)
         if self._state != ACTIVE:
             if status is not None:
-                _empty(status)
+                empty_status(status)
             return True
         if not self._messages_done():
             yield_when_idle()
             return False
         if status is not None:
-            _empty(status)
+            empty_status(status)
         self._complete()
         return True
 
@@ -375,7 +375,7 @@ class ScheduleRequest:
             _check_status(status)
         if self._state != ACTIVE:
             if status is not None:
-                _empty(status)
+                empty_status(status)
             return True
         if self._current is not None:
             if self._single is not None and not ENGINE.pending:
@@ -384,7 +384,7 @@ class ScheduleRequest:
             else:
                 wait_for_messages(self)
         if status is not None:
-            _empty(status)
+            empty_status(status)
         self._complete()
         return True
 
@@ -428,7 +428,7 @@ class ScheduleRequest:
             _check_status(status)
         done = self._state != ACTIVE or self._messages_done()
         if done and status is not None:
-            _empty(status)
+            empty_status(status)
         return done
 
     def Cancel(self) -> None:
@@ -515,7 +515,7 @@ def _check_status(status) -> None:
         raise TypeError(f"status: expected an MPI.Status or None, got {type(status).__name__}")
 
 
-def _empty(status: MPI.Status) -> None:
+def empty_status(status: MPI.Status) -> None:
     """Make ``status`` MPI's empty status: source ``ANY_SOURCE``, tag ``ANY_TAG``, no error,
     nothing received, not cancelled; what MPI gives for a null or inactive request, and one
     value of the undefined source and tag of a completed collective (as MPICH and Open MPI give)."""
