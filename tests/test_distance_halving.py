@@ -183,3 +183,29 @@ def test_placement_from_detected_keys():
 def test_cpu_packages_reads_sys():
     assert placement.cpu_packages({0}) in ({0}, set())  # one package id for CPU 0 (or no /sys)
     assert placement.cpu_packages({10 ** 6}) == set()   # no such CPU: unknown
+
+
+@pytest.mark.parametrize("spec", ["stencil:d=2,n=3", "moore:D=2,R=1", "stencil:d=3,n=3", "random:density=0.4,seed=3"])
+def test_on_one_socket_the_estimate_charges_the_pattern_it_builds(spec):
+    """``n <= L``: no halving; the pattern is one message of the rank's block to each distinct
+    destination (a small periodic grid wraps several offsets onto one rank), and auto's estimate
+    charges exactly that: its steps and messages equal the built pattern's, and its bytes on the
+    symmetric neighborhoods (it assumes as many received as sent). (The paper's
+    eqs. 2-3, meant for the final step after halvings, charged 8 ranks of a 9-point stencil 64
+    blocks where the pattern sends 5.)"""
+    from sparsecoll.model import choice
+    from sparsecoll.model.profile import BUILTIN
+
+    n = 8
+    adjacency = generate(spec, n)
+    one_socket = placement.Placement(n)
+    load = BUILTIN.load_for(1.0)
+    built = build(adjacency, n).patterns
+    for topology, pattern in zip(generate(spec, n).topologies(), built):
+        estimate = choice.estimate_distance_halving(topology, "allgather", {}, load, one_socket)
+        real = choice.pattern_cost(pattern, load, one_socket)
+        assert (estimate.steps, estimate.messages) == (real.steps, real.messages) == (1, stats(pattern)["sends"])
+        if not spec.startswith("random"):  # symmetric: it receives as many blocks as it sends, as estimated
+            assert estimate.per_byte == pytest.approx(real.per_byte)
+    if spec.startswith("stencil:d=2"):  # 8 offsets onto 5 distinct ranks of the 4 x 2 grid
+        assert stats(built[0])["sends"] == 5

@@ -179,10 +179,12 @@ def _mean_level(topology, load: Load, placement) -> dict:
     return {name: sum(level[name] for level in levels) / len(levels) for name in ("alpha", "beta", "overhead")}
 
 
-def _estimate(load: Load, family: str, params: dict, steps: int, sends: float, items: float) -> Cost:
-    """A Cost from counts: ``steps`` rounds, ``sends`` messages (as many received), ``items`` blocks sent."""
+def _estimate(load: Load, family: str, params: dict, steps: int, sends: float, items: float,
+              combined: bool = True) -> Cost:
+    """A Cost from counts: ``steps`` rounds, ``sends`` messages (as many received), ``items`` blocks
+    sent (``combined``: several to a message, as forwarded blocks travel; else one each)."""
     fixed = steps * (load.sparsecoll_per_step + params["alpha"]) + 2 * sends * params["overhead"]
-    per_byte = 2 * items * params["beta"] * load.combined_factor[family]  # forwarded blocks travel combined
+    per_byte = 2 * items * params["beta"] * (load.combined_factor[family] if combined else 1.0)
     return Cost(tuple(load.sparsecoll_per_call[form] + fixed for form in FORMS), per_byte,
                 steps, int(round(sends)), estimated=True)
 
@@ -211,11 +213,22 @@ def estimate_common_neighbor(topology, family: str, options: dict, load: Load, p
 
 
 def estimate_distance_halving(topology, family: str, options: dict, load: Load, placement) -> Cost:
-    """Distance halving (Sharifian et al. 2023) from the paper's eqs. 1-3 at this rank's density."""
-    n, d = topology.size, topology.outdegree
-    delta = min(d / max(n - 1, 1), 1.0)
+    """Distance halving (Sharifian et al. 2023) from the paper's eqs. 1-3 at this rank's density.
+
+    The density counts this rank's distinct destinations: the pattern sends a block to a rank
+    once however many edges lead there (a small periodic grid wraps several offsets onto one
+    rank). Where no halving happens (``n <= L``, one socket) the pattern is the final step alone,
+    one message of this rank's block to each distinct destination, and that is what is charged:
+    eqs. 2 and 3 describe the final step after halvings on a random graph, and at ``n <= L``
+    would charge ``n_in`` messages of ``delta * n_in`` blocks each (on 8 ranks of a 9-point
+    stencil, 64 blocks where the pattern sends 5)."""
+    n = topology.size
+    peers = len({p for p in topology.destinations if p >= 0 and p != topology.rank})
+    delta = min(peers / max(n - 1, 1), 1.0)
     L = placement.L if placement is not None else n
-    halvings = paper2023.n_off(n, L, delta) if n > L else 0
+    if n <= L:
+        return _estimate(load, family, _mean_level(topology, load, placement), 1, peers, peers, combined=False)
+    halvings = paper2023.n_off(n, L, delta)
     final = paper2023.n_in(n, L, delta)
     items_final = final * max(delta * final, 1.0)
     sends = halvings + final
