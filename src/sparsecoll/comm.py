@@ -188,9 +188,10 @@ class GlobalCollectivesMixin:
         """What the last call of the global collective ``collective`` (``"Reduce"``, ``"allgather"``, ...)
         on this rank ran and why, with :meth:`hierarchy_stats` (local; RuntimeError before any).
 
-        ``algorithm``: ``"universal hierarchical"``, ``"dynamic leaders"``, the fixed leaders a
-        non-commutative op (or data past MPI's int) falls back to under dynamic leaders, or ``"library"`` (with
-        ``reason``); ``"library"`` for every collective where the wrapper keeps the library's."""
+        ``algorithm``: ``"universal hierarchical"``, ``"dynamic leaders"``, the fixed leaders that
+        dynamic leaders fall back to (a non-commutative op, or data past MPI's int), or
+        ``"library"`` (with ``reason``); ``"library"`` for every collective where the wrapper keeps
+        the library's."""
         name = global_collective_name(collective)
         if self._sc_global_native:
             return {"collective": name, "algorithm": "library", "reason": self._sc_global_reason}

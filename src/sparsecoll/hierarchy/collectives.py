@@ -114,10 +114,10 @@ class Hierarchy:
     :meth:`NodeLayout.create`); every rank must pass the same value. ``reduce``: ``"fixed"``
     (fixed leaders, below) or ``"dynamic"`` (``Reduce`` and ``Allreduce`` with dynamic leaders,
     :mod:`.reduce_dynamic`, falling back to the fixed leaders for non-commutative ops and for data
-    past MPI's int; their
-    arguments are checked locally only, whatever ``check_arguments`` says, since an agreement
-    over the communicator would make every rank wait for the last, which dynamic leaders avoid;
-    their leaders talk point to point along the paper's binomial tree, not through ``inter_node``).
+    past MPI's int). Under dynamic leaders the arguments are checked locally only, whatever
+    ``check_arguments`` says, since an agreement over the communicator would make every rank wait
+    for the last, which dynamic leaders avoid; their leaders talk point to point along the
+    paper's binomial tree, not through ``inter_node``.
     """
 
     def __init__(self, comm: MPI.Intracomm, ranks_per_node=None, check_arguments: bool = False,
