@@ -230,6 +230,20 @@ def slow_library(persistent: bool | None = None) -> Profile:
                    source="a slow library call")
 
 
+def after_the_online_check(monkeypatch, clock, verify_choice=None) -> dict:
+    """auto's ``plan_stats`` of 8 B alltoalls on :func:`two_ring` after the online check's calls
+    and two more, timed by ``clock`` (every call's data the library's; the same on every rank)."""
+    from sparsecoll.runtime import auto
+    monkeypatch.setattr(auto, "time", clock)
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw, profile=slow_library(), verify_choice=verify_choice)
+        for _ in range(CHECK_CALLS + 2):
+            assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
+        after = comm.plan_stats("alltoall", block_bytes=8)["auto"]
+    assert_same_on_every_rank(after["algorithm"])
+    return after
+
+
 def test_the_online_checks_verdict_outlives_a_new_decision(monkeypatch):
     """verify_choice: where the check measures the choice slower than native, the class runs native,
     and a later decision of the family's tables (made when a protocol candidate is built) keeps
@@ -259,36 +273,22 @@ def test_the_online_check_runs_by_default_and_not_with_false(verify_choice, monk
     """The blocking check is the default (the model's inputs come from calibrate's program, not
     the user's): a choice that loses its timed pairs of calls runs native after them; with
     ``verify_choice=False`` nothing is timed and the model's choice stands."""
-    from sparsecoll.runtime import auto
     clock = LosingClock()
-    monkeypatch.setattr(auto, "time", clock)
-    with two_ring() as raw:
-        comm = sparsecoll.wrap(raw, profile=slow_library(), verify_choice=verify_choice)
-        for _ in range(CHECK_CALLS + 2):
-            assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
-        after = comm.plan_stats("alltoall", block_bytes=8)["auto"]
-        if verify_choice is False:
-            assert after["algorithm"] != "native" and clock.reads == 0, after
-        else:
-            assert after["algorithm"] == "native" and "online check" in after["reason"], after
-            assert clock.reads == 2 * CHECK_CALLS  # the check's calls only: a settled class reads no clock
-        assert_same_on_every_rank(after["algorithm"])
+    after = after_the_online_check(monkeypatch, clock, verify_choice)
+    if verify_choice is False:
+        assert after["algorithm"] != "native" and clock.reads == 0, after
+    else:
+        assert after["algorithm"] == "native" and "online check" in after["reason"], after
+        assert clock.reads == 2 * CHECK_CALLS  # the check's calls only: a settled class reads no clock
 
 
 def test_the_online_checks_warm_up_calls_do_not_count(monkeypatch):
     """A choice's first calls in a process run cold (its Python code, its first binding): they
     made the check send a choice at half the library's time to the library. Here the warm-up
     pairs take the choice 1 s and the timed pairs 1 ms against native's 2 ms: the choice stays."""
-    from sparsecoll.runtime import auto
     clock = LosingClock(choice=0.001, native=0.002, cold_choice=1.0)
-    monkeypatch.setattr(auto, "time", clock)
-    with two_ring() as raw:
-        comm = sparsecoll.wrap(raw, profile=slow_library())
-        for _ in range(CHECK_CALLS + 2):
-            assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
-        after = comm.plan_stats("alltoall", block_bytes=8)["auto"]
-        assert after["algorithm"] != "native" and clock.reads == 2 * CHECK_CALLS, after
-        assert_same_on_every_rank(after["algorithm"])
+    after = after_the_online_check(monkeypatch, clock)
+    assert after["algorithm"] != "native" and clock.reads == 2 * CHECK_CALLS, after
 
 
 @pytest.mark.parametrize("choice, stays", [(0.00094, True), (0.00096, False)])
@@ -299,14 +299,8 @@ def test_the_online_check_gives_a_tie_to_the_library(monkeypatch, choice, stays)
     from sparsecoll.runtime import auto
     assert auto.CHECK_WIN == 0.95
     clock = LosingClock(choice=choice, native=0.001)
-    monkeypatch.setattr(auto, "time", clock)
-    with two_ring() as raw:
-        comm = sparsecoll.wrap(raw, profile=slow_library())
-        for _ in range(CHECK_CALLS + 2):
-            assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
-        after = comm.plan_stats("alltoall", block_bytes=8)["auto"]
-        assert (after["algorithm"] != "native") == stays and clock.reads == 2 * CHECK_CALLS, after
-        assert_same_on_every_rank(after["algorithm"])
+    after = after_the_online_check(monkeypatch, clock)
+    assert (after["algorithm"] != "native") == stays and clock.reads == 2 * CHECK_CALLS, after
 
 
 def test_the_online_check_decides_on_the_slowest_ranks_times(monkeypatch):

@@ -124,7 +124,7 @@ class CheckedRequest:
         if request is None:
             return self._idle(status)
         began = time.perf_counter()
-        done = request.Test(status) and (self.verdict is None or self.verdict.test())
+        done = request.Test(status) and self._agreed()
         if not done:
             self._spent += time.perf_counter() - began
             return False
@@ -136,7 +136,11 @@ class CheckedRequest:
         request = self._running
         if request is None:
             return self._idle(status)
-        return request.Get_status(status) and (self.verdict is None or self.verdict.test())
+        return request.Get_status(status) and self._agreed()
+
+    def _agreed(self) -> bool:
+        """Whether the agreement posted in this run, if any, is complete (local)."""
+        return self.verdict is None or self.verdict.test()
 
     @staticmethod
     def _idle(status) -> bool:
