@@ -569,6 +569,13 @@ def two_ring():
         raw.Free()
 
 
+@pytest.fixture
+def short_checks(monkeypatch):
+    """Persistent checks of 5 timed pairs (the tests check what a check decides, not its statistics)."""
+    from sparsecoll.runtime import auto
+    monkeypatch.setattr(auto, "PERSISTENT_TRIALS", 5)
+
+
 def check_starts() -> int:
     """Starts after which a checked persistent request has agreed on its verdict."""
     from sparsecoll.runtime import auto
@@ -607,7 +614,7 @@ def persistent_alltoall(comm, raw, nbytes: int, spec: bool, starts: int | None =
 
 
 @pytest.mark.parametrize("win, expect", [(1e9, "candidate"), (0.0, "native"), (None, "either")])
-def test_a_persistent_near_miss_is_checked_in_its_first_starts(monkeypatch, win, expect):
+def test_a_persistent_near_miss_is_checked_in_its_first_starts(monkeypatch, short_checks, win, expect):
     """verify_choice: every built candidate in the trial band (widened here): the request's first
     starts time it against native on the user's buffers and it keeps the winner, the same on every
     rank, although each rank measures its own times, rank 0 passes buffer specs and completes each
@@ -634,7 +641,7 @@ def test_a_persistent_near_miss_is_checked_in_its_first_starts(monkeypatch, win,
         assert comm.plan_stats("alltoall", block_bytes=64, form="persistent")["auto"]["trial"] == trial
 
 
-def test_a_persistent_check_runs_on_any_buffer(monkeypatch):
+def test_a_persistent_check_runs_on_any_buffer(monkeypatch, short_checks):
     """Rank 0 passes a bytearray (the init trial of before needed numpy arrays to copy): the check
     runs on the user's buffers whatever they are, agrees on every rank, and the data is the library's."""
     from sparsecoll.runtime import auto
@@ -654,7 +661,7 @@ def test_a_persistent_check_runs_on_any_buffer(monkeypatch):
         assert_same_on_every_rank(explained["trial"])
 
 
-def test_persistent_checks_agree_whatever_order_the_ranks_complete_them(monkeypatch):
+def test_persistent_checks_agree_whatever_order_the_ranks_complete_them(monkeypatch, short_checks):
     """Two requests of one class checked at once, their verdicts forced apart (the candidate wins the
     first, the library the second); rank 0 completes the runs that agree in the opposite order of
     the others'. The next init of the class applies both in the order they were posted on every
@@ -689,7 +696,7 @@ def test_persistent_checks_agree_whatever_order_the_ranks_complete_them(monkeypa
         assert persistent_alltoall(comm, raw, nbytes, spec=False)["trial"] is not None
 
 
-def test_by_default_a_persistent_near_miss_is_not_timed(monkeypatch):
+def test_by_default_a_persistent_near_miss_is_not_timed(monkeypatch, short_checks):
     """Where the model keeps the library's call, the default checks nothing (only ``verify_choice=True``
     moves a class away from the library on a check)."""
     from sparsecoll.runtime import auto
@@ -702,7 +709,7 @@ def test_by_default_a_persistent_near_miss_is_not_timed(monkeypatch):
 
 @pytest.mark.parametrize("verify_choice", [None, False])
 @pytest.mark.parametrize("win", [1e9, 0.0])
-def test_by_default_a_persistent_choice_is_checked(monkeypatch, verify_choice, win):
+def test_by_default_a_persistent_choice_is_checked(monkeypatch, short_checks, verify_choice, win):
     """The model's choice of a persistent request that is not the library's is checked against it in
     the request's first starts by default, and the class runs the library's where the choice loses
     (Open MPI's 64 KiB persistent allgathers on the VM ran the model's cartesian at 1.25-1.60x
