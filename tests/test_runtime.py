@@ -376,17 +376,34 @@ def test_a_checked_request_alternates_then_keeps_the_winner(win, winner):
 
 def test_a_checked_request_refuses_a_second_start_and_frees_both_before_its_verdict():
     """Start on an active run raises; Free of an active run completes it, then frees both requests;
-    Wait on an inactive request returns at once, with MPI's empty status."""
+    Wait on an inactive request returns at once, with MPI's empty status, and a status that is not
+    one is refused by name. The rest of the request protocol is ScheduleRequest's: Cancel refused,
+    a live request neither copied nor pickled, a freed one MPI.REQUEST_NULL's equal whose Free,
+    Start and Cancel raise ERR_REQUEST and whose lowercase ``free`` does nothing."""
+    import copy
+    import pickle
+
     from sparsecoll.runtime.online_check import CheckedRequest
 
     log = []
     request = CheckedRequest([_Recorded("choice", log), _Recorded("library", log)], None, 1, 1)
     status = MPI.Status()
     assert request.Wait(status) and status.Get_source() == MPI.ANY_SOURCE
+    with pytest.raises(TypeError, match="status"):
+        request.Test(status=3)
     request.Start()
     with pytest.raises(RuntimeError, match="active"):
         request.Start()
+    with pytest.raises(RuntimeError, match="cannot be cancelled"):
+        request.Cancel()
+    for duplicate in (copy.copy, pickle.dumps):
+        with pytest.raises(ValueError, match="serialize"):
+            duplicate(request)
     request.Free()
     assert log == [("Start", "choice"), ("Wait", "choice"), ("Free", "choice"), ("Free", "library")]
-    with pytest.raises(ValueError, match="serialize"):
-        __import__("pickle").dumps(CheckedRequest([], None, 1, 1))
+    for refused in (request.Free, request.Start, request.Cancel):
+        with pytest.raises(MPI.Exception) as caught:
+            refused()
+        assert caught.value.Get_error_class() == MPI.ERR_REQUEST
+    request.free()
+    assert request == MPI.REQUEST_NULL and copy.deepcopy(request) == MPI.REQUEST_NULL

@@ -28,7 +28,7 @@ import time
 import numpy
 from mpi4py import MPI
 
-from .progress import empty_status
+from .progress import RequestProtocol, check_status, empty_status, freed_request_error
 
 CHOICE, LIBRARY = 0, 1
 
@@ -67,7 +67,7 @@ class Verdict:
         return choice <= self.win * library
 
 
-class CheckedRequest:
+class CheckedRequest(RequestProtocol):
     """A persistent request of ``auto`` whose first runs alternate the choice's request and the
     library's (see the module); afterwards it is the winner's, whose ``Start``, ``Test``, ``Wait``
     and ``Get_status`` it then holds as its own (the loser is freed).
@@ -88,12 +88,12 @@ class CheckedRequest:
         self._times: list = []  # this rank's seconds per completed timed run
         self.verdict = None  # the agreement, once posted
         self.winner = None  # CHOICE or LIBRARY once agreed
-        self._freed = False
+        self._is_freed = False
 
     def Start(self) -> None:
         """Start the next run: the choice's or the library's request (see the module)."""
-        if self._freed:
-            raise MPI.Exception(MPI.ERR_REQUEST)
+        if self._is_freed:
+            raise freed_request_error()
         if self._running is not None:
             raise RuntimeError("request: Start() on an active request (complete it with Wait or Test first)")
         run = self._starts
@@ -146,6 +146,7 @@ class CheckedRequest:
     def _idle(status) -> bool:
         """An inactive (or freed) request completes at once with an empty status, as MPI's."""
         if status is not None:
+            check_status(status)
             empty_status(status)
         return True
 
@@ -166,47 +167,16 @@ class CheckedRequest:
 
     def Free(self) -> None:
         """Release the request (an active run is completed first)."""
-        if self._freed:
-            raise MPI.Exception(MPI.ERR_REQUEST)
+        if self._is_freed:
+            raise freed_request_error()
         if self._running is not None:
             self.Wait()
         for request in self._requests:
             request.Free()
         self._requests = []
-        self._freed = True
+        self._is_freed = True
 
-    def Cancel(self) -> None:
-        """Refused: the MPI standard makes cancelling a collective's request erroneous."""
-        raise RuntimeError("request: a collective operation cannot be cancelled (MPI makes MPI_Cancel of a "
-                           "collective request erroneous); complete it with Wait or Test")
-
-    def wait(self, status=None) -> None:
-        """``Wait``, as mpi4py's lowercase method for a buffer request (which returns None)."""
-        self.Wait(status)
-
-    def test(self, status=None) -> tuple:
-        """``(Test(), None)``, as mpi4py's lowercase method for a buffer request."""
-        return self.Test(status), None
-
-    def free(self) -> None:
-        """``Free``, as mpi4py's lowercase method (which does nothing on a freed request)."""
-        if not self._freed:
-            self.Free()
-
-    def __bool__(self) -> bool:
-        return not self._freed
-
-    def __eq__(self, other) -> bool:
-        """Equal to ``MPI.REQUEST_NULL`` once freed, as mpi4py's requests become it; otherwise only
-        to itself."""
-        if isinstance(other, MPI.Request):
-            return other == MPI.REQUEST_NULL and self._freed
-        return other is self
-
-    __hash__ = object.__hash__
-
-    def __reduce__(self, *_):
-        """Refused, as mpi4py refuses to copy or pickle a request (a copy would share its requests)."""
-        raise ValueError(f"cannot serialize {type(self).__name__!r} instance")
-
-    __reduce_ex__ = __reduce__
+    @property
+    def freed(self) -> bool:
+        """Whether the request was freed."""
+        return self._is_freed

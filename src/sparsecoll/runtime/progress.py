@@ -248,7 +248,80 @@ atexit.register(ENGINE.stop)  # registered after mpi4py's own finalizer, so it r
 INACTIVE, ACTIVE, FREED = 0, 1, 2
 
 
-class ScheduleRequest:
+class RequestProtocol:
+    """What every request sparsecoll hands out shares with mpi4py's, given ``freed``: the refused
+    ``Cancel``, the lowercase methods, equality to ``MPI.REQUEST_NULL`` once freed, and the
+    refused copy and pickle of a live request. A subclass defines ``Wait``, ``Test``,
+    ``Get_status``, ``Free`` and the ``freed`` property."""
+
+    __slots__ = ()
+
+    @property
+    def freed(self) -> bool:
+        """Whether the request was freed (a completed nonblocking one too): ``MPI.REQUEST_NULL``'s equal."""
+        raise NotImplementedError
+
+    def Cancel(self) -> None:
+        """Refused: the MPI standard makes cancelling a collective's request erroneous."""
+        if self.freed:
+            raise freed_request_error()
+        raise RuntimeError("request: a collective operation cannot be cancelled (MPI makes MPI_Cancel of a "
+                           "collective request erroneous); complete it with Wait or Test")
+
+    def get_status(self, status=None) -> bool:
+        """``Get_status``, as mpi4py's lowercase method."""
+        return self.Get_status(status)
+
+    def cancel(self) -> None:
+        """``Cancel`` (refused), as mpi4py's lowercase method."""
+        self.Cancel()
+
+    def free(self) -> None:
+        """``Free``, as mpi4py's lowercase method (which does nothing on a freed request)."""
+        if not self.freed:
+            self.Free()
+
+    def wait(self, status=None) -> None:
+        """``Wait``, as mpi4py's lowercase method for a buffer request (which returns None)."""
+        self.Wait(status)
+
+    def test(self, status=None) -> tuple:
+        """``(Test(), None)``, as mpi4py's lowercase method for a buffer request."""
+        return self.Test(status), None
+
+    def __bool__(self) -> bool:
+        return not self.freed
+
+    def __eq__(self, other) -> bool:
+        """Equal to ``MPI.REQUEST_NULL`` once freed (a nonblocking request once completed), as
+        mpi4py's requests become it; otherwise equal only to itself."""
+        if isinstance(other, MPI.Request):
+            return other == MPI.REQUEST_NULL and self.freed
+        return other is self
+
+    __hash__ = object.__hash__
+
+    def __reduce__(self, *_):
+        """Refused while the request lives, as mpi4py refuses to copy or pickle a request (a copy
+        would share its MPI requests); a freed one copies and pickles as ``MPI.REQUEST_NULL``, as
+        mpi4py's completed requests do."""
+        if self.freed:
+            return _request_null, ()
+        raise ValueError(f"cannot serialize {type(self).__name__!r} instance")
+
+    __reduce_ex__ = __reduce__
+
+    def __copy__(self):
+        """Refused while the request lives; a freed one copies as ``MPI.REQUEST_NULL`` (see ``__reduce__``)."""
+        function, arguments = self.__reduce__()
+        return function(*arguments)
+
+    def __deepcopy__(self, memo):
+        """As ``__copy__``."""
+        return self.__copy__()
+
+
+class ScheduleRequest(RequestProtocol):
     """A nonblocking neighborhood collective (``Test``, ``Wait``, ``Free``), started when it is made;
     persistent ones are :class:`PersistentRequest` (``Start`` besides).
 
@@ -321,7 +394,7 @@ class ScheduleRequest:
     def _start(self) -> None:
         """Start (or restart) the collective; new buffer contents are picked up."""
         if self._state == FREED:
-            raise _freed()
+            raise freed_request_error()
         if self._state != INACTIVE:
             raise RuntimeError("request: Start() on an active request (complete it with Wait or Test first)")
         self._state = ACTIVE
@@ -341,7 +414,7 @@ class ScheduleRequest:
         """Advance every sparsecoll request in flight; True once this collective is complete (else it
         yields the processor where the user asked MPI to, :func:`~sparsecoll.execute.waiting.yield_when_idle`)."""
         if status is not None:
-            _check_status(status)
+            check_status(status)
         if self._state != ACTIVE:
             if status is not None:
                 empty_status(status)
@@ -372,7 +445,7 @@ class ScheduleRequest:
     def Wait(self, status=None) -> bool:
         """Block until the collective is complete (advancing every sparsecoll request meanwhile)."""
         if status is not None:
-            _check_status(status)
+            check_status(status)
         if self._state != ACTIVE:
             if status is not None:
                 empty_status(status)
@@ -411,7 +484,7 @@ class ScheduleRequest:
         A freed request (a completed nonblocking one too) is ``MPI.REQUEST_NULL``'s equal: freeing
         it raises MPI's ``ERR_REQUEST``, as mpi4py's ``Free`` does."""
         if self._state == FREED:
-            raise _freed()
+            raise freed_request_error()
         if self._state == ACTIVE:
             self.Wait()
         self._release()
@@ -425,70 +498,16 @@ class ScheduleRequest:
         """Whether the collective is complete, advancing every sparsecoll request in flight; unlike
         ``Test`` it leaves the request active (as ``MPI_Request_get_status``)."""
         if status is not None:
-            _check_status(status)
+            check_status(status)
         done = self._state != ACTIVE or self._messages_done()
         if done and status is not None:
             empty_status(status)
         return done
 
-    def Cancel(self) -> None:
-        """Refused: the MPI standard makes cancelling a collective's request erroneous."""
-        if self._state == FREED:
-            raise _freed()
-        raise RuntimeError("request: a collective operation cannot be cancelled (MPI makes MPI_Cancel of a "
-                           "collective request erroneous); complete it with Wait or Test")
-
-    def get_status(self, status=None) -> bool:
-        """``Get_status``, as mpi4py's lowercase method."""
-        return self.Get_status(status)
-
-    def cancel(self) -> None:
-        """``Cancel`` (refused), as mpi4py's lowercase method."""
-        self.Cancel()
-
-    def free(self) -> None:
-        """``Free``, as mpi4py's lowercase method (which does nothing on a freed request)."""
-        if self._state != FREED:
-            self.Free()
-
-    def wait(self, status=None) -> None:
-        """``Wait``, as mpi4py's lowercase method for a buffer request (which returns None)."""
-        self.Wait(status)
-
-    def test(self, status=None) -> tuple:
-        """``(Test(), None)``, as mpi4py's lowercase method for a buffer request."""
-        return self.Test(status), None
-
-    def __bool__(self) -> bool:
-        return self._state != FREED
-
-    def __eq__(self, other) -> bool:
-        """Equal to ``MPI.REQUEST_NULL`` once completed (nonblocking) or freed (persistent), as
-        mpi4py's requests become it; otherwise equal only to itself."""
-        if isinstance(other, MPI.Request):
-            return other == MPI.REQUEST_NULL and self._state == FREED
-        return other is self
-
-    __hash__ = object.__hash__
-
-    def __reduce__(self, *_):
-        """Refused while the request lives, as mpi4py refuses to copy or pickle a request (a copy
-        would share its MPI requests); a freed one copies and pickles as ``MPI.REQUEST_NULL``, as
-        mpi4py's completed requests do."""
-        if self._state == FREED:
-            return _request_null, ()
-        raise ValueError(f"cannot serialize {type(self).__name__!r} instance")
-
-    __reduce_ex__ = __reduce__
-
-    def __copy__(self):
-        """Refused while the request lives; a freed one copies as ``MPI.REQUEST_NULL`` (see ``__reduce__``)."""
-        function, arguments = self.__reduce__()
-        return function(*arguments)
-
-    def __deepcopy__(self, memo):
-        """As ``__copy__``."""
-        return self.__copy__()
+    @property
+    def freed(self) -> bool:
+        """Whether the request was freed (a nonblocking one once completed)."""
+        return self._state == FREED
 
 
 class PersistentRequest(ScheduleRequest):
@@ -505,12 +524,13 @@ def _request_null() -> MPI.Request:
     return MPI.REQUEST_NULL
 
 
-def _freed() -> MPI.Exception:
+def freed_request_error() -> MPI.Exception:
     """MPI's error for a call on a freed request (mpi4py's request is then ``REQUEST_NULL``)."""
     return MPI.Exception(MPI.ERR_REQUEST)
 
 
-def _check_status(status) -> None:
+def check_status(status) -> None:
+    """Refuse, naming the argument, a ``status`` that is not an ``MPI.Status``."""
     if not isinstance(status, MPI.Status):
         raise TypeError(f"status: expected an MPI.Status or None, got {type(status).__name__}")
 
