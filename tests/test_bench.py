@@ -293,3 +293,44 @@ def test_variants_label_one_column_per_executor_and_native_auto_once():
     assert [v.label for v in variants(["direct"], ["dag"])] == ["direct[dag]"]
     with pytest.raises(ValueError, match="executor"):
         variants(["direct"], ["eager"])
+
+
+def test_the_auto_column_is_timed_after_its_one_time_work(monkeypatch, tmp_path):
+    """auto's column runs its first call and then ``calls_until_settled`` untimed calls, so its
+    online check (here against a library made slow in the profile, so that the model picks a
+    sparsecoll schedule) is over before the first timed repetition, in both forms; the row records
+    what the check measured."""
+    from mpi4py import MPI
+
+    from sparsecoll.model.profile import BUILTIN, Load, Profile, library_name
+    from sparsecoll.runtime.auto import calls_until_settled
+    from sparsecoll.tools.bench import runner
+    from sparsecoll.tools.bench.workloads import build
+
+    base = BUILTIN.loads[0]
+    slow = dict(base.native_per_call, blocking=1e-3, persistent=1e-3)
+    profile = Profile((Load(1.0, base.levels, base.sparsecoll_per_call, base.sparsecoll_per_step, slow,
+                            dict(base.combined_factor)),), library_name(), source="a slow library")
+    profile.save(tmp_path / "slow.json")
+    monkeypatch.setenv("SPARSECOLL_PROFILE", str(tmp_path / "slow.json"))
+    checked_before_timing = {}
+    timed = runner._interleaved
+
+    def interleaved(world, handle, calls, reps):
+        for (label, mode), call in calls.items():
+            if label == "auto":
+                stats = call.comm.plan_stats("allgather", block_bytes=8, form=runner.FORM_OF_MODE[mode])
+                checked_before_timing[mode] = stats["auto"]["check"]
+        return timed(world, handle, calls, reps)
+    monkeypatch.setattr(runner, "_interleaved", interleaved)
+    workload = build("moore:D=1,R=1", MPI.COMM_WORLD)
+    results = measure(MPI.COMM_WORLD, workload, "allgather", 8, ["native", "auto"],
+                      modes=["blocking", "persistent"], reps=3, warmup=0)
+    assert set(checked_before_timing) == {"blocking", "persistent"}
+    for result in results:
+        auto = result["algorithms"]["auto"]
+        check = checked_before_timing[result["mode"]]
+        assert check is not None and check["candidate"] != "native", result["mode"]
+        assert auto["check"] == check and auto["chosen"] == check["winner"] and auto["agrees_with_native"]
+        assert auto["settle_calls"] == calls_until_settled(runner.FORM_OF_MODE[result["mode"]]) > 0
+        assert auto["settle_seconds"] > 0

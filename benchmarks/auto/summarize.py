@@ -7,6 +7,9 @@ The last line is the noise floor of one row: in every row auto runs what one of 
 columns runs (the library's own call, or a sparsecoll schedule), so auto's time over that
 column's time, both medians of the same run, would be 1 but for the machine; its spread is
 how far two columns that run the same code differ in one row here.
+
+``check`` (runs from 2026-11-28 on): the candidate auto's online check timed against the library
+before the repetitions, and its median over native's there (the choice needs at most 0.95).
 """
 
 import argparse
@@ -19,13 +22,22 @@ parser.add_argument("csv", help="results.csv of a sparsecoll bench run that meas
 parser.add_argument("--over", type=float, default=None, help="list only rows where auto/native exceeds this")
 args = parser.parse_args()
 
+
+
+def checked(auto: dict) -> str:
+    """The online check's candidate and measured ratio, if one ran in this row."""
+    if not auto.get("auto_checked"):
+        return ""
+    return f"{auto['auto_checked']} {float(auto['auto_check_ratio']):.3f}"
+
+
 rows = defaultdict(dict)
 with open(args.csv) as handle:
     for row in csv.DictReader(handle):
         rows[(row["topology"], row["collective"], int(row["size"]), row["mode"])][row["algorithm"]] = row
 to_native, to_best, same_code, chose = [], [], [], defaultdict(int)
 print(f"{'topology':24} {'collective':10} {'bytes':>6} {'mode':10} {'auto ran':17} {'auto/nat':>8} "
-      f"{'best':17} {'best/nat':>8} {'auto/best':>9}")
+      f"{'best':17} {'best/nat':>8} {'auto/best':>9}  check")
 for (topology, collective, size, mode), entries in rows.items():
     auto = entries.get("auto")
     if auto is None:
@@ -41,7 +53,7 @@ for (topology, collective, size, mode), entries in rows.items():
         same_code.append(float(auto["median_s"]) / float(others[auto["auto_chose"]]["median_s"]))
     if args.over is None or ratio > args.over:
         print(f"{topology:24} {collective:10} {size:6d} {mode:10} {auto['auto_chose']:17} {ratio:8.3f} "
-              f"{best:17} {float(others[best]['ratio_to_native_median']):8.3f} {versus_best:9.3f}")
+              f"{best:17} {float(others[best]['ratio_to_native_median']):8.3f} {versus_best:9.3f}  {checked(auto)}")
 print(f"{len(to_native)} rows; auto ran {dict(chose)}; auto/native worst {max(to_native):.3f}, median "
       f"{statistics.median(to_native):.3f}, rows over 1.05: {sum(r > 1.05 for r in to_native)}; auto/best worst "
       f"{max(to_best):.3f}, median {statistics.median(to_best):.3f}, rows over 1.1: {sum(r > 1.1 for r in to_best)}")

@@ -325,7 +325,8 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         collective call (or :meth:`pattern` on every rank) built it; before that this raises
         RuntimeError naming the call to make. ``auto`` reports the algorithm a call of
         ``form`` with blocks of ``block_bytes`` bytes runs, and under ``"auto"`` the candidates
-        considered, each one's predicted time, the profile, and why the winner won.
+        considered, each one's predicted time, the profile, why the winner won, and (``check``)
+        what an online check of that form and size class measured.
         A global buffer collective's method name (``"Allreduce"``, ``"Bcast"``, ...) gives
         :meth:`global_stats` instead (the lowercase object ones: ask :meth:`global_stats`).
         """

@@ -322,6 +322,11 @@ def test_the_online_check_decides_on_the_slowest_ranks_times(monkeypatch):
                 after = comm.plan_stats("alltoall", block_bytes=8)["auto"]
                 assert (after["algorithm"] == "native") == expected_native, after
                 assert clock.reads == 2 * CHECK_CALLS
+                check = after["check"]  # the medians of the slowest rank's times, per call
+                assert check["winner"] == after["algorithm"], check
+                assert (check["candidate_seconds"], check["native_seconds"]) == pytest.approx(
+                    (1.0, 0.002) if rank_0_loses else (0.001, 0.002), rel=1e-9), check
+                assert_same_on_every_rank(check)
                 assert_same_on_every_rank(after["algorithm"])
             finally:
                 comm.Free()
@@ -627,7 +632,7 @@ def test_a_persistent_near_miss_is_checked_in_its_first_starts(monkeypatch, shor
     with two_ring() as raw:
         comm = sparsecoll.wrap(raw, verify_choice=True)
         explained = persistent_alltoall(comm, raw, 64, spec=RANK == 0, by_test=RANK == 0)
-        trial = explained["trial"]
+        trial = explained["check"]
         assert trial is not None, explained
         assert trial["candidate_seconds"] > 0 and trial["native_seconds"] > 0
         if expect == "candidate":
@@ -637,8 +642,8 @@ def test_a_persistent_near_miss_is_checked_in_its_first_starts(monkeypatch, shor
         assert "measured by a persistent request's first starts" in explained["reason"]
         assert_same_on_every_rank((trial, explained["algorithm"]))
         again = persistent_alltoall(comm, raw, 64, spec=RANK != 0, starts=3)
-        assert again["trial"] == trial and again["algorithm"] == explained["algorithm"]
-        assert comm.plan_stats("alltoall", block_bytes=64, form="persistent")["auto"]["trial"] == trial
+        assert again["check"] == trial and again["algorithm"] == explained["algorithm"]
+        assert comm.plan_stats("alltoall", block_bytes=64, form="persistent")["auto"]["check"] == trial
 
 
 def test_a_persistent_check_runs_on_any_buffer(monkeypatch, short_checks):
@@ -657,8 +662,8 @@ def test_a_persistent_check_runs_on_any_buffer(monkeypatch, short_checks):
         started(request, numpy.frombuffer(send, dtype="u1"), got, raw, nbytes, True, check_starts())
         request.Free()
         explained = comm.plan_stats("alltoall", block_bytes=nbytes, form="persistent")["auto"]
-        assert explained["trial"] is not None and explained["trial"]["winner"] == explained["algorithm"]
-        assert_same_on_every_rank(explained["trial"])
+        assert explained["check"] is not None and explained["check"]["winner"] == explained["algorithm"]
+        assert_same_on_every_rank(explained["check"])
 
 
 def test_persistent_checks_agree_whatever_order_the_ranks_complete_them(monkeypatch, short_checks):
@@ -687,13 +692,13 @@ def test_persistent_checks_agree_whatever_order_the_ranks_complete_them(monkeypa
         for request in requests:
             request.Free()
         explained = persistent_alltoall(comm, raw, nbytes, spec=False, starts=2)
-        assert explained["trial"]["winner"] == explained["algorithm"] == "native"
-        assert_same_on_every_rank(explained["trial"])
+        assert explained["check"]["winner"] == explained["algorithm"] == "native"
+        assert_same_on_every_rank(explained["check"])
     with two_ring() as raw:
         comm = sparsecoll.wrap(raw, verify_choice=True)
         cut_short = persistent_alltoall(comm, raw, nbytes, spec=False, starts=5)
-        assert cut_short["trial"] is None
-        assert persistent_alltoall(comm, raw, nbytes, spec=False)["trial"] is not None
+        assert cut_short["check"] is None
+        assert persistent_alltoall(comm, raw, nbytes, spec=False)["check"] is not None
 
 
 def test_by_default_a_persistent_near_miss_is_not_timed(monkeypatch, short_checks):
@@ -704,7 +709,7 @@ def test_by_default_a_persistent_near_miss_is_not_timed(monkeypatch, short_check
     with two_ring() as raw:
         comm = sparsecoll.wrap(raw, profile=slow_library(persistent=False))
         explained = persistent_alltoall(comm, raw, 64, spec=False)
-        assert explained["predicted_winner"] == "native" and explained["trial"] is None, explained
+        assert explained["predicted_winner"] == "native" and explained["check"] is None, explained
 
 
 @pytest.mark.parametrize("verify_choice", [None, False])
@@ -721,12 +726,12 @@ def test_by_default_a_persistent_choice_is_checked(monkeypatch, short_checks, ve
         comm = sparsecoll.wrap(raw, profile=slow_library(persistent=True), verify_choice=verify_choice)
         explained = persistent_alltoall(comm, raw, 64, spec=RANK == 0)
         if verify_choice is False:
-            assert explained["trial"] is None and explained["algorithm"] != "native", explained
+            assert explained["check"] is None and explained["algorithm"] != "native", explained
         else:
-            trial = explained["trial"]
+            trial = explained["check"]
             assert trial["candidate"] != "native", explained  # the model's choice was checked
             assert explained["algorithm"] == trial["winner"] == (trial["candidate"] if win else "native")
-        assert_same_on_every_rank((explained["trial"], explained["algorithm"]))
+        assert_same_on_every_rank((explained["check"], explained["algorithm"]))
 
 
 def test_verify_choice_must_be_the_same_on_every_rank():

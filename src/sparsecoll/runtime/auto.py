@@ -224,7 +224,9 @@ class AutoDispatch:
         self._calls: dict = {}  # algorithm -> CallPlan
         self._seen: dict = {}  # size class -> calls so far
         self._check_times: dict = {}  # size class -> this rank's times of the online check's calls so far
-        self._trials: dict = {}  # size class -> the online check's agreed medians (choice, native) once over
+        #: size class -> the blocking online check, once over: {candidate, candidate_seconds,
+        #: native_seconds, winner} (the agreed medians)
+        self.blocking_trials: dict = {}
         #: size class -> the online check of a persistent request of that class, applied:
         #: {candidate, candidate_seconds, native_seconds, winner}
         self.persistent_trials: dict = {}
@@ -335,11 +337,10 @@ class AutoDispatch:
         return trial_record(agreed[-1]) if agreed else self.persistent_trials.get(size_class)
 
     def _checked_native(self) -> list:
-        """The blocking size classes whose online check the choice lost (agreed medians in ``_trials``):
+        """The blocking size classes whose online check the choice lost (:attr:`blocking_trials`):
         they run native from then on, whatever a later :meth:`decide` predicts (measured
         outranks predicted)."""
-        return [size_class for size_class, (chosen, native) in self._trials.items()
-                if not chosen <= CHECK_WIN * native]
+        return [size_class for size_class, trial in self.blocking_trials.items() if trial["winner"] == model.NATIVE]
 
     def _library_limit(self, row) -> int:
         """Receive-buffer bytes under which every call of a form with this table row is the library's.
@@ -448,12 +449,14 @@ class AutoDispatch:
             why += (f"; pinned: every call of this collective runs size class {size_class}, agreed at its first "
                     f"call, whatever its block size (block_bytes={block_bytes} does not change the choice)")
         if form == "blocking" and size_class in self._checked_native():
-            chosen_seconds, native_seconds = self._trials[size_class]
+            trial = self.blocking_trials[size_class]
+            chosen_seconds, native_seconds = trial["candidate_seconds"], trial["native_seconds"]
             why = (f"the online check measured the model's choice at {chosen_seconds * 1e6:.2f} us "
                    f"and native at {native_seconds * 1e6:.2f} us (medians of {TRIALS} calls each after "
                    f"{CHECK_WARMUP} untimed, the slowest rank's times; the choice needs at most {CHECK_WIN} x "
                    f"native's): native runs this size from then on")
-        return {"algorithm": runs, "trial": trial, "predicted_winner": winner, "form": form, "block_bytes": block_bytes,
+        check = trial if form == "persistent" else self.blocking_trials.get(size_class) if form == "blocking" else None
+        return {"algorithm": runs, "check": check, "predicted_winner": winner, "form": form, "block_bytes": block_bytes,
                 "size_class": size_class, "pinned": self.pinned is not None, "predicted_seconds": predicted,
                 "estimated": sorted(n for n in predicted if n != model.NATIVE and not family.built(n)),
                 "reason": why, "profile": family.profile.describe(), "ranks_per_core": family.ranks_per_core,
@@ -624,7 +627,7 @@ class AutoDispatch:
         check's calls: a choice that is not ``native``, where native may run, checks on, the
         class's check not over (every rank alike: the same calls, the same choice)."""
         return (name != model.NATIVE and self._plan.checks_choices and self.native_allowed
-                and size_class not in self._trials)
+                and size_class not in self.blocking_trials)
 
     def _checked_call(self, size_class: int, name: str, sendbuf, recvbuf) -> None:
         """One call of the online check: the choice (even calls) or native (odd ones), timed. At the
@@ -644,11 +647,26 @@ class AutoDispatch:
             worst = numpy.empty(2 * TRIALS)
             self._comm_runtime.private.Allreduce(numpy.array(times[2 * CHECK_WARMUP:]), worst, op=MPI.MAX)
             chosen, native = float(numpy.median(worst[0::2])), float(numpy.median(worst[1::2]))
-            self._trials[size_class] = (chosen, native)
+            winner = name if chosen <= CHECK_WIN * native else model.NATIVE
+            self.blocking_trials[size_class] = {"candidate": name, "candidate_seconds": chosen,
+                                                "native_seconds": native, "winner": winner}
             del self._check_times[size_class]
             if size_class in self._checked_native():
                 f = FORMS.index("blocking")
                 self.table[f][size_class] = self.fallback[f][size_class] = model.NATIVE
+
+
+def calls_until_settled(form: str) -> int:
+    """The calls of one size class of ``form`` after which what ``auto`` runs no longer changes (an
+    upper bound, the same on every rank): a blocking call's protocol candidate is built at the
+    :data:`REPEATS`-th call, and the online check takes :data:`CHECK_CALLS` more; a persistent
+    request's check takes its ``2 * (CHECK_WARMUP + PERSISTENT_TRIALS)`` starts and the one that
+    agrees; a nonblocking call runs what the other forms set up. A benchmark of ``auto``'s steady
+    state runs that many calls before it times any."""
+    if form not in FORMS:
+        raise ValueError(f"form: expected one of {FORMS}, got {form!r}")
+    return {"blocking": REPEATS + CHECK_CALLS, "nonblocking": 0,
+            "persistent": 2 * (CHECK_WARMUP + PERSISTENT_TRIALS) + 1}[form]
 
 
 def trial_record(verdict: Verdict) -> dict:

@@ -57,7 +57,8 @@ def write_files(out: Path, results: list, env: dict) -> list:
               "ratio_to_native_median", "ratio_q1", "ratio_q3", "speedup_median", "build_s", "first_call_s",
               "phase1_s", "phase1_cpu_s", "phase2_s", "phase2_cpu_s", "phase2_bind_s", "binds_per_call", "steps_max",
               "messages_max", "messages_mean", "items_max", "bytes_max", "bytes_mean", "agrees_with_native",
-              "auto_chose", "wire_messages_max"]
+              "auto_chose", "wire_messages_max", "auto_checked", "auto_check_ratio",
+              "auto_settle_calls", "auto_settle_s"]
     with open(out / "results.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(fields)
@@ -72,8 +73,17 @@ def write_files(out: Path, results: list, env: dict) -> list:
                                  e["phase2_cpu_seconds"], e["phase2_bind_seconds"],
                                  e["binds_per_call"], p["steps_max"], p["messages_max"], p["messages_mean"],
                                  p["items_max"], p["bytes_max"], p["bytes_mean"], e["agrees_with_native"],
-                                 e.get("chosen", ""), p.get("executor_counts", {}).get("wire_sends_max", "")])
+                                 e.get("chosen", ""), p.get("executor_counts", {}).get("wire_sends_max", ""),
+                                 *_check_fields(e.get("check")), e.get("settle_calls", ""),
+                                 e.get("settle_seconds", "")])
     return [out / "results.json", out / "results.csv"]
+
+
+def _check_fields(check) -> tuple:
+    """``(candidate, its median / native's)`` of auto's online check in a row (blank: none ran)."""
+    if not check:
+        return "", ""
+    return check["candidate"], check["candidate_seconds"] / check["native_seconds"]
 
 
 def _slug(text: str) -> str:

@@ -18,6 +18,14 @@ blocking and nonblocking calls):
 * ``blocking``: blocking calls; sparsecoll caches the bound schedule per arguments;
 * ``nonblocking``: ``Ineighbor_*`` + ``Wait`` (cached like blocking calls).
 
+``auto``'s column first runs its one-time work outside the timed repetitions: its first call
+decides, then :func:`sparsecoll.runtime.auto.calls_until_settled` more calls build a protocol
+candidate and run the online check, so the repetitions time what ``auto`` runs from then on, as
+the other columns' are timed after their setup. Its first call's time, the untimed calls' count
+and time (``settle_calls``, ``settle_seconds``) and what the check measured (``check``) are
+kept. Timed with the rest, a check that sent a losing choice back to the library put up to 43
+of the choice's runs among the first repetitions of the column.
+
 Variants: an algorithm may carry options (``direct+coloring``,
 :func:`sparsecoll.algorithms.parse_variant`) and run on several executors (``steps``, ``dag``):
 each (algorithm, options, executor) is one :class:`Variant`, one column, measured in the same
@@ -50,6 +58,7 @@ from sparsecoll.algorithms import AUTO, REGISTRY, parse_variant
 from sparsecoll.model.choice import library_fault
 from sparsecoll.model.profile import library_name
 from sparsecoll.pattern import REGULAR, family_of
+from sparsecoll.runtime.auto import calls_until_settled
 
 from ..fair_timing import call_orders, creation_order, fresh_buffer
 from . import MODES
@@ -226,6 +235,17 @@ class Call:
         else:
             self.method(self.buffers.sendspec, self.buffers.recvspec)
 
+    def settle(self, calls: int) -> float:
+        """Make ``calls`` more calls apart from the repetitions (the same number on every rank), then
+        look the method up again, as a user's next call does; returns this rank's seconds in them."""
+        start = time.perf_counter()
+        for _ in range(calls):
+            self()
+        seconds = time.perf_counter() - start
+        if self.request is None:
+            self.method = getattr(self.comm, self.method.__name__)
+        return seconds
+
     def free(self) -> None:
         """Release the persistent request (if any)."""
         if self.request is not None:
@@ -377,15 +397,20 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
     for _ in range(warmup):
         for call in calls.values():
             call()
-    samples, binds = _interleaved(world, workload.comm, calls, reps)
-    chosen, predicted = {}, {}
     autos = [v for v in columns if v.algorithm == AUTO]
+    settling = {}  # auto's one-time work, apart from the repetitions (the module says why)
+    for v in autos:
+        for mode in modes:
+            settling[(v.label, mode)] = calls[(v.label, mode)].settle(calls_until_settled(FORM_OF_MODE[mode]))
+    samples, binds = _interleaved(world, workload.comm, calls, reps)
+    chosen, predicted, checks = {}, {}, {}
     if autos:  # what auto ran at the end (its first call decided), and that algorithm's numbers
         for mode in modes:
             stats = calls[(autos[0].label, mode)].comm.plan_stats(collective, block_bytes=size,
                                                                   form=FORM_OF_MODE[mode])
             chosen[mode] = stats["algorithm"]
             predicted[mode] = stats["auto"]["predicted_seconds"]
+            checks[mode] = stats["auto"]["check"]
         for name in set(chosen.values()) - set(setup):
             setup[name] = _set_up(world, workload, collective, size, Variant(name, name), phase_reps, phase1_cache)
     native = next((v.label for v in columns if v.algorithm == "native" and not v.options), None)
@@ -404,7 +429,9 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
             world.Allreduce(samples[variant], worst, op=MPI.MAX)
             agree = world.allreduce(bool(numpy.array_equal(calls[variant].buffers.recv, expected)), op=MPI.LAND)
             if v.algorithm == AUTO:
-                ran = {**setup[chosen[mode]], "chosen": chosen[mode], "predicted_seconds": predicted[mode]}
+                ran = {**setup[chosen[mode]], "chosen": chosen[mode], "predicted_seconds": predicted[mode],
+                       "check": checks[mode], "settle_calls": calls_until_settled(FORM_OF_MODE[mode]),
+                       "settle_seconds": _max_over_ranks(world, settling[variant])}
                 ran.update({field: None for field in PHASE_FIELDS if field in ran})
             else:
                 ran = setup[v.label]
