@@ -18,13 +18,17 @@ blocking and nonblocking calls):
 * ``blocking``: blocking calls; sparsecoll caches the bound schedule per arguments;
 * ``nonblocking``: ``Ineighbor_*`` + ``Wait`` (cached like blocking calls).
 
-``auto``'s column first runs its one-time work outside the timed repetitions: its first call
+Where ``auto`` is a column, its one-time work runs before the timed repetitions: its first call
 decides, then :func:`sparsecoll.runtime.auto.calls_until_settled` more calls build a protocol
-candidate and run the online check, so the repetitions time what ``auto`` runs from then on, as
-the other columns' are timed after their setup. Its first call's time, the untimed calls' count
-and time (``settle_calls``, ``settle_seconds``) and what the check measured (``check``) are
-kept. Timed with the rest, a check that sent a losing choice back to the library put up to 43
-of the choice's runs among the first repetitions of the column.
+candidate and run the online check. Those calls are repetitions like the timed ones, every column
+interleaved, untimed: the check measures in the conditions the repetitions then time (a check run
+in a burst of ``auto``'s calls alone took `distance_halving` for Open MPI's 64 KiB persistent
+allgathers at 0.88-0.94 x the library's, where the repetitions then timed it at 1.07-1.11 x), and
+the repetitions time what ``auto`` runs from then on, as the other columns' are timed after their
+setup. Timed with the rest, a check that sent a losing choice back to the library put up to 43
+of the choice's runs among the first repetitions of the column. Its first call's time, the untimed
+repetitions' count and its time in them (``settle_calls``, ``settle_seconds``) and what the check
+measured (``check``) are kept.
 
 Variants: an algorithm may carry options (``direct+coloring``,
 :func:`sparsecoll.algorithms.parse_variant`) and run on several executors (``steps``, ``dag``):
@@ -235,17 +239,6 @@ class Call:
         else:
             self.method(self.buffers.sendspec, self.buffers.recvspec)
 
-    def settle(self, calls: int) -> float:
-        """Make ``calls`` more calls apart from the repetitions (the same number on every rank), then
-        look the method up again, as a user's next call does; returns this rank's seconds in them."""
-        start = time.perf_counter()
-        for _ in range(calls):
-            self()
-        seconds = time.perf_counter() - start
-        if self.request is None:
-            self.method = getattr(self.comm, self.method.__name__)
-        return seconds
-
     def free(self) -> None:
         """Release the persistent request (if any)."""
         if self.request is not None:
@@ -398,10 +391,8 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
         for call in calls.values():
             call()
     autos = [v for v in columns if v.algorithm == AUTO]
-    settling = {}  # auto's one-time work, apart from the repetitions (the module says why)
-    for v in autos:
-        for mode in modes:
-            settling[(v.label, mode)] = calls[(v.label, mode)].settle(calls_until_settled(FORM_OF_MODE[mode]))
+    settle_reps = max(calls_until_settled(FORM_OF_MODE[mode]) for mode in modes) if autos else 0
+    settling, _ = _interleaved(world, workload.comm, calls, settle_reps)  # auto's one-time work: the module
     samples, binds = _interleaved(world, workload.comm, calls, reps)
     chosen, predicted, checks = {}, {}, {}
     if autos:  # what auto ran at the end (its first call decided), and that algorithm's numbers
@@ -430,8 +421,8 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
             agree = world.allreduce(bool(numpy.array_equal(calls[variant].buffers.recv, expected)), op=MPI.LAND)
             if v.algorithm == AUTO:
                 ran = {**setup[chosen[mode]], "chosen": chosen[mode], "predicted_seconds": predicted[mode],
-                       "check": checks[mode], "settle_calls": calls_until_settled(FORM_OF_MODE[mode]),
-                       "settle_seconds": _max_over_ranks(world, settling[variant])}
+                       "check": checks[mode], "settle_calls": settle_reps,
+                       "settle_seconds": _max_over_ranks(world, float(settling[variant].sum()))}
                 ran.update({field: None for field in PHASE_FIELDS if field in ran})
             else:
                 ran = setup[v.label]
