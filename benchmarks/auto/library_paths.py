@@ -15,7 +15,7 @@ Run: mpiexec -n 8 python benchmarks/auto/library_paths.py [SPEC] [BYTES] [REPS]
 (``SPARSECOLL_PROFILE`` names the profile auto decides with).
 """
 
-import sys
+import argparse
 
 import numpy
 from mpi4py import MPI
@@ -26,10 +26,13 @@ from sparsecoll.runtime.auto import calls_until_settled
 from sparsecoll.tools.bench.runner import make_buffers
 from sparsecoll.tools.bench.workloads import build
 
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("spec", nargs="?", default="moore:D=2,R=1", help="a bench topology SPEC")
+parser.add_argument("bytes", nargs="?", type=int, default=8, help="block size in bytes")
+parser.add_argument("reps", nargs="?", type=int, default=800, help="interleaved repetitions")
+args = parser.parse_args()
+spec, size, reps = args.spec, args.bytes, args.reps
 world = MPI.COMM_WORLD
-spec = sys.argv[1] if len(sys.argv) > 1 else "moore:D=2,R=1"
-size = int(sys.argv[2]) if len(sys.argv) > 2 else 8
-reps = int(sys.argv[3]) if len(sys.argv) > 3 else 800
 workload = build(spec, world)
 auto = sparsecoll.wrap(workload.comm)
 native = sparsecoll.wrap(workload.comm, "native")

@@ -21,6 +21,7 @@ before calling again).
 
 from __future__ import annotations
 
+import weakref
 from types import MappingProxyType
 
 import numpy
@@ -391,13 +392,33 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
             method = runtime.before_decision(self._sc_plan, collective, library["nonblocking"])
             return self._sc_library_until_decided(collective, method)
         call = calls[collective] = runtime.auto_dispatch(self._sc_plan, collective, library, sendbuf, recvbuf)
+        self._sc_install_auto_methods(collective, call, library)
+        wrapper = weakref.ref(self)
+
+        def install_again() -> bool:
+            held = wrapper()
+            if held is None or held.__dict__.get("_sc_calls", {}).get(collective) is not call:
+                return False  # the wrapper is gone, or runs another dispatch now
+            held._sc_install_auto_methods(collective, call, library)
+            return True
+        call.on_decision(install_again)
+        return call
+
+    def _sc_install_auto_methods(self, collective: str, dispatch, library: dict) -> None:
+        """Put :func:`sparsecoll.runtime.auto.wrapper_methods` in place of this wrapper's methods for
+        ``collective``, the class's method for a form it leaves out. Local; done when the dispatch
+        is made and again after each of its decisions (which every rank makes at the same call),
+        so a form that runs the library for good from then on calls the library's method itself."""
         names = METHOD_NAMES[collective]
 
         def class_method(form):
             return getattr(type(self), names[form]).__get__(self)
-        for form, method in auto.wrapper_methods(call, library, class_method).items():
-            self.__dict__[names[form]] = method
-        return call
+        methods = auto.wrapper_methods(dispatch, library, class_method)
+        for form, name in names.items():
+            if form in methods:
+                self.__dict__[name] = methods[form]
+            else:  # one installed for an earlier decision (or before the dispatch) is stale
+                self.__dict__.pop(name, None)
 
     def _sc_library_until_decided(self, collective: str, library_method):
         """An ``auto`` nonblocking call made before ``collective`` was decided: the library's own call

@@ -197,6 +197,43 @@ def test_rank_dependent_sizes_decide_once_for_all_calls():
         assert not comm.plan_stats("allgather")["auto"]["pinned"]  # every rank passed 8 bytes
 
 
+@pytest.mark.parametrize("loses", [True, False])
+def test_after_the_online_check_a_pinned_collective_calls_what_won_without_the_dispatch(monkeypatch, loses):
+    """alltoallv (pinned: counts per rank) where the model's choice is checked online. From the
+    check's last call on, a choice that lost leaves the wrapper holding the library's own method
+    (the check changed the table but kept the wrapper's class method, which reached the library
+    through four Python frames; in ``examples/cg.py`` at 8 ranks on 2 cores the exchange then
+    took 1.0-1.11 x the library's); a choice that won runs without a size class per call. The data
+    is the library's throughout, every rank alike."""
+    from sparsecoll.runtime import auto
+    clock = LosingClock() if loses else LosingClock(choice=0.001, native=0.002)
+    monkeypatch.setattr(auto, "time", clock)
+    with random_graph(11, 0.7) as raw:
+        comm = sparsecoll.wrap(raw, profile=slow_library())
+        sources, destinations, _ = raw.Get_dist_neighbors()
+        send_counts = [1 + (RANK + d) % 4 for d in destinations]
+        recv_counts = [1 + (s + RANK) % 4 for s in sources]
+        send = numpy.arange(sum(send_counts), dtype="i8") + 100 * RANK
+        for call in range(CHECK_CALLS + 2):
+            got = numpy.zeros(sum(recv_counts), dtype="i8")
+            expected = numpy.zeros_like(got)
+            comm.Neighbor_alltoallv([send, send_counts], [got, recv_counts])
+            raw.Neighbor_alltoallv([send, send_counts], [expected, recv_counts])
+            assert numpy.array_equal(got, expected), call
+            if call == 0:
+                assert "Neighbor_alltoallv" not in comm.__dict__  # the check's calls: the class's method
+        explained = comm.plan_stats("alltoallv", block_bytes=8)["auto"]
+        assert explained["check"]["winner"] == explained["algorithm"]
+        assert (explained["algorithm"] == "native") == loses, explained
+        assert clock.reads == 2 * CHECK_CALLS
+        method = comm.__dict__.get("Neighbor_alltoallv")
+        if loses:
+            assert method.__func__ is MPI.Topocomm.Neighbor_alltoallv
+        else:
+            assert method is None and "blocking" in comm._sc_calls["alltoallv"]._uniform_runs
+        assert_same_on_every_rank(explained["algorithm"])
+
+
 def test_a_protocol_candidate_is_built_only_for_repeated_calls():
     if SIZE < 4:
         pytest.skip("common neighbors need a few ranks")

@@ -245,6 +245,7 @@ class AutoDispatch:
         self._settled_by_block: dict = {form: {} for form in ("blocking", "nonblocking")}
         #: receive blocks of a regular call (0 for the v/w forms: :meth:`_size_class` parses them)
         self._in_blocks = runtime.topology.indegree if collective in REGULAR else 0
+        self._on_decision: list = []  # callables run after every decision (:meth:`on_decision`)
         self._agree(local_class)
 
     # -- the decision ------------------------------------------------------------------
@@ -290,9 +291,11 @@ class AutoDispatch:
             row = self.table[f]
             names = {row[self.pinned]} if self.pinned is not None else set(row)
             name = names.pop() if len(names) == 1 else None
-            # a blocking choice still to be checked online runs per size class (:meth:`_runner`); a
-            # persistent request's check may replace even native
-            checked = ((form in ("blocking", "persistent") and name != model.NATIVE and self._plan.checks_choices)
+            # a blocking choice still to be checked online runs per size class (:meth:`_runner`) until
+            # its check is over (a pinned collective's one class); a persistent request's check may
+            # replace even native
+            checked = ((form in ("blocking", "persistent") and name != model.NATIVE and self._plan.checks_choices
+                        and not (form == "blocking" and self.pinned in self.blocking_trials))
                        or (form == "persistent" and self._plan.tries_near_misses))
             if name is not None and (name == model.NATIVE or family.built(name)) and not checked:
                 self._uniform[form] = name
@@ -304,6 +307,12 @@ class AutoDispatch:
         #: here, whenever the tables change
         self._uniform_runs: dict = {}  # form -> its runner, for a form in ``_uniform`` (no size class needed)
         self._forget_settled(("blocking", "nonblocking"))
+        self._on_decision = [announce for announce in self._on_decision if announce() is not False]
+
+    def on_decision(self, announce) -> None:
+        """Have ``announce()`` called after every later decision of the tables (a wrapper puts the
+        methods :func:`wrapper_methods` then gives in place: local work), until it returns False."""
+        self._on_decision.append(announce)
 
     def _forget_settled(self, forms) -> None:
         """Empty the runners kept for ``forms`` (local work only; the dicts stay the same objects,
@@ -651,9 +660,7 @@ class AutoDispatch:
             self.blocking_trials[size_class] = {"candidate": name, "candidate_seconds": chosen,
                                                 "native_seconds": native, "winner": winner}
             del self._check_times[size_class]
-            if size_class in self._checked_native():
-                f = FORMS.index("blocking")
-                self.table[f][size_class] = self.fallback[f][size_class] = model.NATIVE
+            self.decide()  # again, every rank at this call: a form now the library's for good calls its method
 
 
 def calls_until_settled(form: str) -> int:
