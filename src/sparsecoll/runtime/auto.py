@@ -48,7 +48,10 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   times native's (a tie goes to the library: on the 2-core VM Open MPI's 64 KiB blocking
   allgathers ran `distance_halving` at 0.99-1.01 x the library's call, and 5 pairs let it
   through, at 1.07 x in auto's column, in the twentieth run). It only ever moves
-  a class to the library, so at worst it costs a win; it is on by default because the model's
+  a class to the library, so at worst it costs a win. The verdict is a decision: the tables are
+  decided again at that call, and every wrapper of the dispatch puts its methods in place again
+  (:meth:`AutoDispatch.on_decision`), so a form the library now runs at every size calls its
+  method itself. It is on by default because the model's
   inputs are measured in ``calibrate``'s program, not the user's: on the 16-core machine
   (``benchmarks/16core/README.md``, run c) MPICH's blocking 8 and 256 B alltoalls on the
   stencil and Moore neighborhoods ran `cartesian` at 0.78-0.92 x the library's call in the
