@@ -202,9 +202,9 @@ def test_after_the_online_check_a_pinned_collective_calls_what_won_without_the_d
     """alltoallv (pinned: counts per rank) where the model's choice is checked online. From the
     check's last call on, a choice that lost leaves the wrapper holding the library's own method
     (the check changed the table but kept the wrapper's class method, which reached the library
-    through four Python frames; in ``examples/cg.py`` at 8 ranks on 2 cores the exchange then
-    took 1.0-1.11 x the library's); a choice that won runs without a size class per call. The data
-    is the library's throughout, every rank alike."""
+    through four Python frames, each costing many times its CPU time at 8 ranks on 2 cores); a
+    choice that won runs without a size class per call. The data is the library's throughout,
+    every rank alike."""
     from sparsecoll.runtime import auto
     clock = LosingClock() if loses else LosingClock(choice=0.001, native=0.002)
     monkeypatch.setattr(auto, "time", clock)
