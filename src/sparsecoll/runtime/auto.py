@@ -100,7 +100,7 @@ from ..model.profile import FORMS, library_name, ranks_per_core, ranks_per_node
 from ..pattern import REGULAR
 from ..topology.placement import node_cores
 from ..topology.placement import resolve as resolve_placement
-from .online_check import CheckedRequest, Verdict
+from .online_check import CheckedRequest, Verdict, choice_wins
 
 #: Calls of one (collective, size class) after which a predicted-winning protocol candidate is built.
 REPEATS = 8
@@ -659,9 +659,7 @@ class AutoDispatch:
             worst = numpy.empty(2 * TRIALS)
             self._comm_runtime.private.Allreduce(numpy.array(times[2 * CHECK_WARMUP:]), worst, op=MPI.MAX)
             chosen, native = float(numpy.median(worst[0::2])), float(numpy.median(worst[1::2]))
-            winner = name if chosen <= CHECK_WIN * native else model.NATIVE
-            self.blocking_trials[size_class] = {"candidate": name, "candidate_seconds": chosen,
-                                                "native_seconds": native, "winner": winner}
+            self.blocking_trials[size_class] = check_record(name, chosen, native, CHECK_WIN)
             del self._check_times[size_class]
             self.decide()  # again, every rank at this call: a form now the library's for good calls its method
 
@@ -679,11 +677,16 @@ def calls_until_settled(form: str) -> int:
             "persistent": 2 * (CHECK_WARMUP + PERSISTENT_TRIALS) + 1}[form]
 
 
+def check_record(candidate: str, candidate_seconds: float, native_seconds: float, win: float) -> dict:
+    """What ``plan_stats`` reports of an online check (blocking or persistent) from its agreed medians."""
+    winner = candidate if choice_wins(candidate_seconds, native_seconds, win) else model.NATIVE
+    return {"candidate": candidate, "candidate_seconds": candidate_seconds, "native_seconds": native_seconds,
+            "winner": winner}
+
+
 def trial_record(verdict: Verdict) -> dict:
-    """What ``plan_stats`` reports of a persistent request's check, from its agreed verdict."""
-    choice, library = verdict.medians()
-    return {"candidate": verdict.candidate, "candidate_seconds": choice, "native_seconds": library,
-            "winner": verdict.candidate if verdict.choice_wins() else model.NATIVE}
+    """:func:`check_record` of a persistent request's agreed verdict."""
+    return check_record(verdict.candidate, *verdict.medians(), verdict.win)
 
 
 def block_bytes(runtime, collective: str, sendbuf, recvbuf) -> int:

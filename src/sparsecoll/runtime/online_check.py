@@ -62,9 +62,14 @@ class Verdict:
         return float(numpy.median(self.worst[CHOICE::2])), float(numpy.median(self.worst[LIBRARY::2]))
 
     def choice_wins(self) -> bool:
-        """Whether the choice keeps the request: its median at most ``win`` times the library's."""
-        choice, library = self.medians()
-        return choice <= self.win * library
+        """Whether the choice keeps the request (:func:`choice_wins`)."""
+        return choice_wins(*self.medians(), self.win)
+
+
+def choice_wins(choice: float, library: float, win: float) -> bool:
+    """The rule of every online check: the choice wins if its median is at most ``win`` times the
+    library's (a tie goes to the library)."""
+    return choice <= win * library
 
 
 class CheckedRequest(RequestProtocol):
