@@ -16,8 +16,9 @@ waits for; a one-step call's is in its per-message costs), ``alpha``, ``beta``,
 library's) cost of one call of that form, and ``per_step`` sparsecoll's cost of one
 scheduling round (``native`` runs one step and pays no ``per_step``), and a byte in a message
 that combines several blocks costs the family's ``combined_factor`` times ``beta`` (the
-library moves it as a derived datatype). So a multi-step schedule is charged for what it
-costs here. sparsecoll's executor joins the messages of a step to one peer within the
+library moves it as a derived datatype), and every byte sparsecoll's executor moves its
+``byte_factor`` times ``beta`` (1 for the library's call). So a multi-step schedule is charged
+for what it costs here. sparsecoll's executor joins the messages of a step to one peer within the
 library's limits (:func:`sparsecoll.execute.p2p.wire_runs`), so its messages are counted per
 size class as they go on the wire; the library sends one message per edge. A candidate's time is
 ``fixed[form] + by_class[class] + per_byte * m`` (:class:`Cost`).
@@ -121,6 +122,7 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
     per_call = load.native_per_call if native else load.sparsecoll_per_call
     per_step = 0.0 if native else load.sparsecoll_per_step
     combined = 1.0 if native else load.combined_factor[pattern.family]
+    byte_factor = 1.0 if native else load.sparsecoll_byte_factor[pattern.family]
     fixed = per_byte = 0.0
     by_class = numpy.zeros(CLASSES)
     limits = wire_limits()
@@ -139,7 +141,7 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
             items = [len(message.items) for message in direction]
             for level, count in zip(params, items):
                 latency = max(latency, level["alpha"])
-                per_byte += count * level["beta"] * (combined if count > 1 else 1.0)
+                per_byte += count * level["beta"] * byte_factor * (combined if count > 1 else 1.0)
             if native:  # one message per edge
                 for level, count in zip(params, items):
                     past = count * CLASS_BYTES > eager
@@ -166,7 +168,7 @@ def pattern_cost(pattern: Pattern, load: Load, placement=None, native: bool = Fa
         steps += 1
         fixed += per_step
         by_class += 2 * copies * own["overhead"]
-        per_byte += copies * own["beta"]
+        per_byte += copies * own["beta"] * byte_factor
     return Cost(tuple(per_call[form] + fixed for form in FORMS), per_byte, steps, messages,
                 by_class=tuple(by_class.tolist()))
 
@@ -176,17 +178,25 @@ def _mean_level(topology, load: Load, placement) -> dict:
     level_of = _level_of(placement, topology.rank)
     peers = [p for p in topology.destinations if p >= 0] or [None]
     levels = [load.levels["socket" if p is None else level_of(p)] for p in peers]
-    return {name: sum(level[name] for level in levels) / len(levels) for name in ("alpha", "beta", "overhead")}
+    return {name: sum(level[name] for level in levels) / len(levels)
+            for name in ("alpha", "beta", "overhead", "rendezvous", "rendezvous_step")}
 
 
 def _estimate(load: Load, family: str, params: dict, steps: int, sends: float, items: float,
               combined: bool = True) -> Cost:
     """A Cost from counts: ``steps`` rounds, ``sends`` messages (as many received), ``items`` blocks
-    sent (``combined``: several to a message, as forwarded blocks travel; else one each)."""
+    sent (``combined``: several to a message, as forwarded blocks travel; else one each).
+
+    Priced as :func:`pattern_cost` prices a Pattern, with every message of the mean size
+    ``items / sends`` blocks: a size class whose message is past the library's eager limit pays
+    ``rendezvous`` per send and receive, and ``rendezvous_step`` for every step but one."""
     fixed = steps * (load.sparsecoll_per_step + params["alpha"]) + 2 * sends * params["overhead"]
-    per_byte = 2 * items * params["beta"] * (load.combined_factor[family] if combined else 1.0)
+    per_byte = (2 * items * params["beta"] * load.sparsecoll_byte_factor[family]
+                * (load.combined_factor[family] if combined else 1.0))
+    past = (items / sends if sends else 0.0) * CLASS_BYTES > wire_limits().eager_bytes
+    by_class = past * (2 * sends * params["rendezvous"] + max(steps - 1, 0) * params["rendezvous_step"])
     return Cost(tuple(load.sparsecoll_per_call[form] + fixed for form in FORMS), per_byte,
-                steps, int(round(sends)), estimated=True)
+                steps, int(round(sends)), estimated=True, by_class=tuple(by_class.tolist()))
 
 
 def estimate_common_neighbor(topology, family: str, options: dict, load: Load, placement) -> Cost:

@@ -23,7 +23,14 @@ oversubscribed), each with
   allgather from the user's receive buffer), and their fits differ: 8 ranks on 2 cores,
   alltoall 1.6-1.8 and allgather 4.0-4.6 on MPICH, 1.00 and 1.27 on Open MPI
   (``benchmarks/auto/eighth-run``, ``ninth-run``); one factor for both charged one family's
-  bytes for the other's);
+  bytes for the other's) and ``byte_factor`` (optional, default 1; one number or one per family
+  like ``combined_factor``: how many times ``beta`` any byte sparsecoll's executor moves costs,
+  against the library moving the same bytes in its own call, ``combined_factor`` on top for
+  combined messages. ``calibrate`` fits it from ``direct`` against the library's call on the
+  stencil at 64 KiB: on Open MPI 5.0, 8 ranks on 2 cores, ``direct`` took 1.6-1.8 x the
+  library's time there, the same messages, while MPICH's took 1.0-1.1 x; without it the model
+  charged ``direct`` 1.02 x and ``distance_halving`` 0.65 x the library's call on the Moore
+  neighborhood at 64 KiB, measured 1.28 x and 0.99 x);
 * ``native``: the MPI library's own ``per_call`` cost by form;
 * ``rma`` (optional): what a persistent request costs on the RMA executor
   (:mod:`sparsecoll.execute.rma`) against the step executor: ``per_message`` (s, for every
@@ -93,19 +100,23 @@ class Load:
     #: Where each rank has a core of its own (Open MPI binds each to one), every rank count is
     #: 1 rank per core: the rank count keeps 2, 8 and 16 ranks on 16 cores apart.
     ranks_per_node: int | None = None
+    #: family -> >= 1: the time per byte sparsecoll's executor pays over the library's (``beta``'s multiple)
+    sparsecoll_byte_factor: dict = field(default_factory=lambda: dict.fromkeys(FAMILIES, 1.0))
 
     def __post_init__(self):
         if any(name not in values for values in self.levels.values() for name in OPTIONAL_LEVEL_FIELDS):
             object.__setattr__(self, "levels", {level: {**OPTIONAL_LEVEL_FIELDS, **values}
                                                 for level, values in self.levels.items()})
-        if not isinstance(self.combined_factor, dict):  # one number for both families
-            object.__setattr__(self, "combined_factor", dict.fromkeys(FAMILIES, float(self.combined_factor)))
+        for name in ("combined_factor", "sparsecoll_byte_factor"):  # one number for both families
+            if not isinstance(getattr(self, name), dict):
+                object.__setattr__(self, name, dict.fromkeys(FAMILIES, float(getattr(self, name))))
 
     def to_json(self) -> dict:
         """A JSON-ready dict (the file's ``loads`` entries)."""
         return {"ranks_per_core": self.ranks_per_core, "levels": self.levels,
                 "sparsecoll": {"per_call": self.sparsecoll_per_call, "per_step": self.sparsecoll_per_step,
-                               "combined_factor": dict(self.combined_factor)},
+                               "combined_factor": dict(self.combined_factor),
+                               "byte_factor": dict(self.sparsecoll_byte_factor)},
                 "native": {"per_call": self.native_per_call},
                 **({"rma": self.rma} if self.rma is not None else {}),
                 **({"ranks_per_node": self.ranks_per_node} if self.ranks_per_node is not None else {})}
@@ -252,6 +263,12 @@ class FileReader:
             self.fail(key, f"expected a finite {'' if signed else 'non-negative '}number, got {value!r}")
         return float(value)
 
+    def family_factor(self, data: dict, name: str, prefix: str):
+        """``data[name]``, optional (1): one :meth:`factor` for both families, or one per family."""
+        if isinstance(data.get(name), dict):
+            return {family: self.factor(data[name], family, f"{prefix}.{name}") for family in FAMILIES}
+        return self.factor(data, name, prefix) if name in data else 1.0  # Load spreads one number
+
     def factor(self, data: dict, name: str, prefix: str) -> float:
         """``data[name]`` as a number of at least 1."""
         value = self.number(data, name, prefix)
@@ -279,12 +296,8 @@ class FileReader:
         ranks_per_core = self.number(entry, "ranks_per_core", key)
         if ranks_per_core == 0:
             self.fail(f"{key}.ranks_per_core", "expected a positive number")
-        combined = 1.0  # one number stands for both families (Load spreads it)
-        if isinstance(ours.get("combined_factor"), dict):
-            prefix = f"{key}.sparsecoll.combined_factor"
-            combined = {family: self.factor(ours["combined_factor"], family, prefix) for family in FAMILIES}
-        elif "combined_factor" in ours:
-            combined = self.factor(ours, "combined_factor", f"{key}.sparsecoll")
+        combined, byte_factor = (self.family_factor(ours, name, f"{key}.sparsecoll")
+                                 for name in ("combined_factor", "byte_factor"))
         rma = None
         if "rma" in entry:
             values = self.mapping(entry["rma"], f"{key}.rma")
@@ -299,7 +312,7 @@ class FileReader:
                 self.fail(f"{key}.ranks_per_node", f"expected a positive integer, got {ranks_per_node!r}")
         return Load(ranks_per_core, checked, self.per_form(ours, f"{key}.sparsecoll"),
                     self.number(ours, "per_step", f"{key}.sparsecoll"), self.per_form(library, f"{key}.native"),
-                    combined, rma, ranks_per_node)
+                    combined, rma, ranks_per_node, byte_factor)
 
 
 def _level(alpha: float, beta: float, overhead: float) -> dict:

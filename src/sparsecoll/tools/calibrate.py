@@ -189,12 +189,13 @@ def _main_profile(comm, args, cores: int) -> int:
             say(f"{name:>9} {form:>12} {'9-pt':>5} {block:6d} {seconds * 1e6:10.2f}  ({family} on the stencil, "
                 f"{len(pattern.steps)} steps)")
         level = load.levels[pair_level]
-        combined = ", ".join(f"{family} {factor:.2f}" for family, factor in load.combined_factor.items())
+        combined, moved = (", ".join(f"{family} {factor:.2f}" for family, factor in factors.items())
+                           for factors in (load.combined_factor, load.sparsecoll_byte_factor))
         say(f"{pair_level}: alpha {level['alpha'] * 1e6:.2f} us, beta {level['beta'] * 1e9:.4f} ns/B, "
             f"overhead {level['overhead'] * 1e6:.2f} us, rendezvous {level['rendezvous'] * 1e6:.2f} us "
             f"(a waiting step {level['rendezvous_step'] * 1e6:.2f} us); "
             f"sparsecoll per step {load.sparsecoll_per_step * 1e6:.2f} us, "
-            f"combined messages {combined} x beta")
+            f"a byte it moves {moved} x beta, combined messages {combined} x that")
         per_call = [f"{form} native {load.native_per_call[form] * 1e6:.2f} / sparsecoll "
                     f"{load.sparsecoll_per_call[form] * 1e6:.2f}" for form in load.native_per_call]
         say("per call (us): " + ", ".join(per_call))
