@@ -52,17 +52,21 @@ def test_profiles_written_before_the_rendezvous_costs_read_them_as_0(tmp_path):
 
 def test_one_combined_or_byte_factor_stands_for_both_families(tmp_path):
     """A profile may give ``combined_factor`` and ``byte_factor`` as one number (both families) or
-    one per family; a profile without ``byte_factor`` (written before it was fitted) reads it as 1."""
+    one per family; a profile without ``byte_factor`` or ``native.shortcut`` (written before they
+    were measured) reads them as 1 and 0."""
     data = builtin_json()
     data["loads"][1]["sparsecoll"]["combined_factor"] = 3
     data["loads"][0]["sparsecoll"]["combined_factor"] = {"allgather": 1.25, "alltoall": 2.5}
     data["loads"][1]["sparsecoll"]["byte_factor"] = 1.5
     data["loads"][0]["sparsecoll"].pop("byte_factor")
+    data["loads"][0]["native"].pop("shortcut")
     loaded = Profile.load(write(tmp_path, data))
     assert loaded.loads[1].combined_factor == {"allgather": 3.0, "alltoall": 3.0}
     assert loaded.loads[0].combined_factor == {"allgather": 1.25, "alltoall": 2.5}
     assert loaded.loads[1].sparsecoll_byte_factor == {"allgather": 1.5, "alltoall": 1.5}
     assert loaded.loads[0].sparsecoll_byte_factor == {"allgather": 1.0, "alltoall": 1.0}
+    assert loaded.loads[0].native_shortcut == 0.0
+    assert loaded.loads[1].native_shortcut == BUILTIN.loads[1].native_shortcut
 
 
 @pytest.mark.parametrize("edit, key", [
@@ -93,6 +97,8 @@ def test_one_combined_or_byte_factor_stands_for_both_families(tmp_path):
     (lambda d: d["loads"][0]["sparsecoll"]["combined_factor"].__setitem__("allgather", 0.9),
      "loads[0].sparsecoll.combined_factor.allgather"),
     (lambda d: d["loads"][0]["sparsecoll"].__setitem__("byte_factor", 0.8), "loads[0].sparsecoll.byte_factor"),
+    (lambda d: d["loads"][1]["native"].__setitem__("shortcut", -1e-6), "loads[1].native.shortcut"),
+    (lambda d: d["loads"][1]["native"].__setitem__("shortcut", "cheap"), "loads[1].native.shortcut"),
     (lambda d: d["loads"][0]["sparsecoll"]["byte_factor"].pop("allgather"),
      "loads[0].sparsecoll.byte_factor.allgather"),
     (lambda d: d["loads"][0]["sparsecoll"]["byte_factor"].__setitem__("alltoall", "x"),
@@ -260,6 +266,31 @@ def test_an_estimate_pays_the_handshakes_its_messages_wait_for():
         pytest.approx(2 * 5 * 2e-6))  # one step, a message each way per distinct rank
 
 
+def test_a_mixed_row_is_kept_only_where_the_size_comparison_costs_little():
+    """``keep_the_library_whole``: a blocking or nonblocking row that runs the library at some
+    classes and another algorithm at others becomes the library's at every class where the
+    comparison costs more than SHORTCUT_ALLOWANCE of the library's call at one of its classes;
+    the persistent row (no comparison) and rows of one algorithm stay."""
+    from sparsecoll.model.profile import FORMS
+    native = numpy.full((len(FORMS), choice.CLASSES), 100e-6)
+    native[:, 20:] = 1e-3
+    mixed = [choice.NATIVE] * 20 + ["direct"] * (choice.CLASSES - 20)
+
+    def table():
+        return [list(mixed), list(mixed), list(mixed)]
+    allowed = choice.SHORTCUT_ALLOWANCE * 100e-6
+    kept = table()
+    assert choice.keep_the_library_whole(kept, native, allowed) == [] and kept == table()
+    whole = table()
+    assert choice.keep_the_library_whole(whole, native, allowed * 1.01) == ["blocking", "nonblocking"]
+    assert whole == [[choice.NATIVE] * choice.CLASSES] * 2 + [mixed]
+    one_algorithm = [["direct"] * choice.CLASSES, [choice.NATIVE] * choice.CLASSES, list(mixed)]
+    assert choice.keep_the_library_whole(one_algorithm, native, 1.0) == []
+    assert one_algorithm == [["direct"] * choice.CLASSES, [choice.NATIVE] * choice.CLASSES, mixed]
+    above = [["direct"] * 20 + [choice.NATIVE] * (choice.CLASSES - 20)] * 3  # the library's classes cost 1 ms
+    assert choice.keep_the_library_whole([list(row) for row in above], native, 1e-3 * 0.049) == []
+
+
 def test_every_byte_sparsecoll_moves_costs_its_byte_factor():
     """``byte_factor``: sparsecoll's schedules (built or estimated) pay it on every byte, the
     library's call never."""
@@ -393,6 +424,12 @@ def test_the_calibration_fit_recovers_the_costs_it_is_given(dims):
     seen = {family: factor if combining[family] else 1.0 for family, factor in truth.combined_factor.items()}
     assert fitted.combined_factor == pytest.approx(seen, rel=1e-3)  # each family's own, where it combines
     assert fitted.sparsecoll_byte_factor == pytest.approx(truth.sparsecoll_byte_factor, rel=1e-3)
+    assert fitted.native_shortcut == 0.0  # not measured
+    through = dict(stencil)
+    native_small = stencil[("native", "allgather", "blocking", small)]
+    through[("shortcut", "allgather", "blocking", small)] = (native_small[0] + 3e-7, native_small[1])
+    assert fit_profile_load(times, 1.0, "socket", 0.1e-9, alpha + 2 * overhead + small * beta, BUILTIN.loads[0],
+                            through).native_shortcut == pytest.approx(3e-7)
     assert fitted.rma["per_message"] == pytest.approx(truth.rma["per_message"], rel=1e-3)
     assert fitted.rma["byte_factor"] == pytest.approx(truth.rma["byte_factor"], rel=1e-3)
     # direct faster on the stencil than the model says (the library paying more per edge) never

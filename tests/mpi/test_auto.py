@@ -41,6 +41,12 @@ def scaled_profile(per_call: float, per_step: float, overhead: float, beta: floa
                    source=f"test: per_call x{per_call:g}, per_step x{per_step:g}, overhead x{overhead:g}")
 
 
+#: The built-in profile with its size comparison free (``native.shortcut`` 0): a table that mixes
+#: the library with other algorithms is kept (:func:`sparsecoll.model.choice.keep_the_library_whole`).
+FREE_SHORTCUT = Profile(tuple(replace(load, native_shortcut=0.0) for load in BUILTIN.loads),
+                        source="the built-in profile, its size comparison free")
+
+
 def assert_same_on_every_rank(value) -> None:
     """Every rank holds the same ``value`` (collective)."""
     assert WORLD.allgather(value) == [value] * SIZE
@@ -468,7 +474,7 @@ def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
     monkeypatch.setattr(choice, "decide", native_then_direct)
     with random_graph(4, 0.7) as raw:
         indegree, outdegree, _ = raw.Get_dist_neighbors_count()
-        comm = sparsecoll.wrap(raw, verify_choice=False)  # the table as stubbed: nothing timed
+        comm = sparsecoll.wrap(raw, profile=FREE_SHORTCUT, verify_choice=False)  # the table as stubbed
         kept, alive, first = {}, [], True
         for nbytes in (8, 512, 4096, 8, 4096, 1023, 1024):
             for form in ("blocking", "nonblocking"):
@@ -492,6 +498,42 @@ def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
         assert_same_on_every_rank(comm.plan_stats("alltoall", block_bytes=1024)["algorithm"])
 
 
+@pytest.mark.parametrize("shortcut, mixed", [(0.0, True), (1.0, False)])
+def test_a_table_that_mixes_the_library_is_kept_only_where_its_size_comparison_is_cheap(monkeypatch, shortcut,
+                                                                                        mixed):
+    """A table that says native below 1 KiB blocks and direct above: with a profile whose size
+    comparison is free, blocking and nonblocking calls above the limit run direct; with one
+    where it costs 1 s per call (more than 5 % of the library's call), the library runs every
+    size of both forms, and the wrapper holds its methods (no sparsecoll frame). One rank's
+    profile says 1 s, the others 0: the slowest rank's cost decides, on every rank alike."""
+    from sparsecoll.model import choice
+
+    def native_then_direct(seconds, native_allowed=True):
+        limit = choice.size_class(1024)
+        return [[choice.NATIVE if c < limit else "direct" for c in range(choice.CLASSES)] for _ in range(3)]
+
+    monkeypatch.setattr(choice, "decide", native_then_direct)
+    costly = RANK == SIZE - 1 and shortcut > 0
+    profile = Profile(tuple(replace(load, native_shortcut=1.0 if costly else 0.0) for load in BUILTIN.loads),
+                      source="the built-in profile, its size comparison at 1 s or free")
+    with random_graph(4, 0.7) as raw:
+        indegree, outdegree, _ = raw.Get_dist_neighbors_count()
+        comm = sparsecoll.wrap(raw, profile=profile, verify_choice=False)
+        for nbytes in (8, 4096):
+            for form in ("blocking", "nonblocking"):
+                send = (numpy.arange(outdegree * nbytes, dtype="u1") + RANK).astype("u1")
+                got = numpy.zeros(indegree * nbytes, dtype="u1")
+                assert alltoall_matches_library(comm, raw, form, send, got, [got, nbytes, MPI.BYTE], nbytes)
+        ran = {form: comm.plan_stats("alltoall", block_bytes=4096, form=form)["auto"] for form in
+               ("blocking", "nonblocking")}
+        assert_same_on_every_rank([stats["algorithm"] for stats in ran.values()])
+        assert {stats["algorithm"] for stats in ran.values()} == ({"direct"} if mixed else {"native"})
+        if not mixed:
+            assert all("size comparison" in stats["reason"] for stats in ran.values()), ran
+            library = MPI.Topocomm.Neighbor_alltoall.__get__(comm)
+            assert comm.Neighbor_alltoall == library and comm.schedules_bound == 0
+
+
 def test_settled_calls_take_every_receive_spec_mpi4py_takes(monkeypatch):
     """Once a size class has settled, the wrapper's fast path reads the block size of a
     ``[array, count, datatype]`` spec itself; ``[array, None, datatype]`` (count inferred) and
@@ -504,7 +546,7 @@ def test_settled_calls_take_every_receive_spec_mpi4py_takes(monkeypatch):
     raw = WORLD.Create_dist_graph_adjacent([left, right], [right, left], reorder=False)
     try:
         indegree = outdegree = 2
-        comm = sparsecoll.wrap(raw, verify_choice=False)  # the table as stubbed: nothing timed
+        comm = sparsecoll.wrap(raw, profile=FREE_SHORTCUT, verify_choice=False)  # the table as stubbed
         send = numpy.arange(2 * outdegree, dtype=numpy.float64) + 100 * RANK
         for call, spec in enumerate((None, "none", "list", "none", "tuple", "list")):
             for form in ("blocking", "nonblocking"):
@@ -535,7 +577,7 @@ def test_settled_large_calls_go_to_the_library_without_a_parse(monkeypatch):
                                            [(RANK + 1) % SIZE, (RANK + 2) % SIZE], reorder=False)
     try:
         indegree, outdegree, _ = raw.Get_dist_neighbors_count()
-        comm = sparsecoll.wrap(raw, verify_choice=False)  # the table as stubbed: nothing timed
+        comm = sparsecoll.wrap(raw, profile=FREE_SHORTCUT, verify_choice=False)  # the table as stubbed
         seen = set()
         for nbytes in (8, 4096, 8, 4096, 65536, 4096, 65536, 16):
             for form in ("blocking", "nonblocking"):

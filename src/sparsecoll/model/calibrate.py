@@ -280,6 +280,8 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
       cancel): per byte ``direct`` moves, over ``beta``. Open MPI 5.0, 8 ranks on 2 cores:
       ``direct``'s blocking 64 KiB calls on the stencil at 1.6-1.8 x the library's, which the
       per-call costs fitted at 8 B put at 1.06 x;
+    * the library's ``shortcut``: its 8 B blocking allgather on the stencil through auto's size
+      comparison less the same call of its method, timed beside each other (0 where not measured);
     * ``per_step`` and ``combined_factor``: what makes the model's difference ``cartesian`` -
       ``direct`` equal the measured one at 8 B and at 64 KiB (two equations: per extra step,
       per byte of combined messages): ``per_step`` the largest over both families,
@@ -449,7 +451,9 @@ def fit_profile_load(times: dict, ranks_per_core: float, pair_level: str, copy_b
         load = fit_steps(with_step_wait(unfitted, step_wait))
         step_wait = fit_step_wait(load)
     load = with_step_wait(load, step_wait)
-    return replace(load, rma=fit_rma(stencil, load))
+    through = stencil.get(("shortcut", "allgather", "blocking", small))
+    shortcut = max(through[0] - stencil[("native", "allgather", "blocking", small)][0], 0.0) if through else 0.0
+    return replace(load, rma=fit_rma(stencil, load), native_shortcut=shortcut)
 
 
 def fit_rma(stencil: dict, load) -> dict | None:

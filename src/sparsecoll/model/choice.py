@@ -75,6 +75,14 @@ RMA_EXECUTOR = "rma"
 CLASSES = 32
 #: A candidate must be predicted at most this fraction of native's time to replace it.
 NATIVE_MARGIN = 0.9
+#: A blocking or nonblocking form whose table runs the library at some size classes and other
+#: algorithms at others cannot call the library's method directly: a call first has its size
+#: compared (the profile's ``native.shortcut``). Such a table is kept only where that costs at
+#: most this fraction of the library's predicted call at every class it leaves to the library
+#: (half the margin a candidate must win by); else the form runs the library at every size
+#: (:func:`keep_the_library_whole`). 8 ranks on 2 cores, Moore neighborhood, 8 B allgather: the
+#: comparison cost 1.155 x the library's call on Open MPI, 1.038 x on MPICH.
+SHORTCUT_ALLOWANCE = 0.05
 
 
 def size_class(nbytes: int) -> int:
@@ -361,6 +369,23 @@ def decide(seconds: dict, native_allowed: bool = True) -> list:
                 row.append(NATIVE)
         result.append(row)
     return result
+
+
+def keep_the_library_whole(table: list, native: numpy.ndarray, shortcut_seconds: float) -> list:
+    """The blocking and nonblocking rows of ``table`` (:func:`decide`'s) that mix the library
+    with other algorithms where reaching the library through the size comparison costs
+    ``shortcut_seconds`` (the maximum over ranks), more than :data:`SHORTCUT_ALLOWANCE` of
+    ``native``'s time (array[form, class]) at one of the classes the row leaves to it: those rows
+    become ``native`` at every class (in place). Returns the forms changed."""
+    changed = []
+    for form in ("blocking", "nonblocking"):
+        f = FORMS.index(form)
+        library = [c for c, name in enumerate(table[f]) if name == NATIVE]
+        if library and len(library) < len(table[f]) and (
+                shortcut_seconds > SHORTCUT_ALLOWANCE * min(native[f, c] for c in library)):
+            table[f] = [NATIVE] * len(table[f])
+            changed.append(form)
+    return changed
 
 
 def local_nonblocking_library_fault(topology, library: str) -> str | None:

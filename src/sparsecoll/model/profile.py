@@ -31,7 +31,12 @@ oversubscribed), each with
   library's time there, the same messages, while MPICH's took 1.0-1.1 x; without it the model
   charged ``direct`` 1.02 x and ``distance_halving`` 0.65 x the library's call on the Moore
   neighborhood at 64 KiB, measured 1.28 x and 0.99 x);
-* ``native``: the MPI library's own ``per_call`` cost by form;
+* ``native``: the MPI library's own ``per_call`` cost by form, and ``shortcut`` (s, optional,
+  default 0): what a blocking call pays to reach the library's method through the size
+  comparison of a form whose table mixes the library with other algorithms
+  (:func:`sparsecoll.runtime.auto.library_shortcut`), measured by ``calibrate`` on the
+  stencil's 8 B allgather (8 ranks on 2 cores: 6-8 us on Open MPI, 5.5 us on MPICH;
+  :data:`sparsecoll.model.choice.SHORTCUT_ALLOWANCE` says what auto does with it);
 * ``rma`` (optional): what a persistent request costs on the RMA executor
   (:mod:`sparsecoll.execute.rma`) against the step executor: ``per_message`` (s, for every
   message a rank sends or receives: a put and its ready-to-receive message instead of a send
@@ -102,6 +107,7 @@ class Load:
     ranks_per_node: int | None = None
     #: family -> >= 1: the time per byte sparsecoll's executor pays over the library's (``beta``'s multiple)
     sparsecoll_byte_factor: dict = field(default_factory=lambda: dict.fromkeys(FAMILIES, 1.0))
+    native_shortcut: float = 0.0  # seconds a call pays to reach the library through the size comparison
 
     def __post_init__(self):
         if any(name not in values for values in self.levels.values() for name in OPTIONAL_LEVEL_FIELDS):
@@ -117,7 +123,7 @@ class Load:
                 "sparsecoll": {"per_call": self.sparsecoll_per_call, "per_step": self.sparsecoll_per_step,
                                "combined_factor": dict(self.combined_factor),
                                "byte_factor": dict(self.sparsecoll_byte_factor)},
-                "native": {"per_call": self.native_per_call},
+                "native": {"per_call": self.native_per_call, "shortcut": self.native_shortcut},
                 **({"rma": self.rma} if self.rma is not None else {}),
                 **({"ranks_per_node": self.ranks_per_node} if self.ranks_per_node is not None else {})}
 
@@ -312,7 +318,8 @@ class FileReader:
                 self.fail(f"{key}.ranks_per_node", f"expected a positive integer, got {ranks_per_node!r}")
         return Load(ranks_per_core, checked, self.per_form(ours, f"{key}.sparsecoll"),
                     self.number(ours, "per_step", f"{key}.sparsecoll"), self.per_form(library, f"{key}.native"),
-                    combined, rma, ranks_per_node, byte_factor)
+                    combined, rma, ranks_per_node, byte_factor,
+                    self.number(library, "shortcut", f"{key}.native") if "shortcut" in library else 0.0)
 
 
 def _level(alpha: float, beta: float, overhead: float) -> dict:
@@ -334,14 +341,14 @@ BUILTIN = Profile(
              sparsecoll_per_call={"blocking": 10e-6, "nonblocking": 18e-6, "persistent": 2e-6},
              sparsecoll_per_step=3e-6,
              native_per_call={"blocking": 2e-6, "nonblocking": 2.5e-6, "persistent": 0.3e-6},
-             combined_factor=2.0, rma={"per_message": 5e-6, "byte_factor": 2.0}),
+             combined_factor=2.0, rma={"per_message": 5e-6, "byte_factor": 2.0}, native_shortcut=0.3e-6),
         Load(ranks_per_core=4.0,
              levels={"self": _level(0.0, 0.1e-9, 1e-6), "socket": _level(20e-6, 0.5e-9, 1e-6),
                      "node": _level(30e-6, 0.6e-9, 1.5e-6), "network": _level(40e-6, 1e-9, 2e-6)},
              sparsecoll_per_call={"blocking": 180e-6, "nonblocking": 200e-6, "persistent": 55e-6},
              sparsecoll_per_step=10e-6,
              native_per_call={"blocking": 60e-6, "nonblocking": 57e-6, "persistent": 21e-6},
-             combined_factor=4.5, rma={"per_message": 20e-6, "byte_factor": 2.0}),
+             combined_factor=4.5, rma={"per_message": 20e-6, "byte_factor": 2.0}, native_shortcut=8e-6),
     ),
     source="built-in conservative profile (run `sparsecoll calibrate` for this machine's)",
 )

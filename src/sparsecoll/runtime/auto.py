@@ -22,7 +22,13 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   A form whose table says ``native`` for every class below some size gets a shortcut: a
   call whose numpy receive array (plain or in a buffer spec) is smaller than that goes to the library after one
   comparison (:attr:`AutoDispatch.library_below`), since parsing the arguments to find the
-  class costs a microsecond, which several ranks per core turn into tens.
+  class costs a microsecond, which several ranks per core turn into tens. Even that comparison
+  costs 0.25 us, which 8 ranks on 2 cores turn into 6-8 us (1.155 x Open MPI's 8 B Moore
+  allgather); where the profile's ``native.shortcut`` (the slowest rank's, agreed in the first
+  call's allreduce) exceeds :data:`~sparsecoll.model.choice.SHORTCUT_ALLOWANCE` of the library's
+  call at a class the table leaves to it, the form's table becomes ``native`` at every size
+  (:func:`~sparsecoll.model.choice.keep_the_library_whole`): a win at some sizes is not bought
+  with a loss at the others.
 * **Protocol candidates** (``common_neighbor``, ``distance_halving``, ``node_aware``) are predicted from an
   estimate until built. Where one is predicted to win, the call runs the best built
   candidate until the collective has been called :data:`REPEATS` times with that size
@@ -258,7 +264,8 @@ class AutoDispatch:
         names = list(family.costs)
         local = numpy.stack([family.costs[name].seconds() for name in names])
         check = float(self._plan.verify_code())
-        vector = numpy.concatenate([local.ravel(), [-local_class if local_class != UNKNOWN else -model.CLASSES,
+        vector = numpy.concatenate([local.ravel(), [family.load.native_shortcut],
+                                    [-local_class if local_class != UNKNOWN else -model.CLASSES,
                                                     local_class, float(local_class == UNKNOWN),
                                                     float(family.fault is not None), check, -check]])
         worst = numpy.empty_like(vector)
@@ -269,6 +276,7 @@ class AutoDispatch:
         shape = local.shape
         for i, name in enumerate(names):
             family.seconds[name] = worst[: local.size].reshape(shape)[i]
+        self.shortcut_seconds = float(worst[local.size])  # the slowest rank's (:func:`model.keep_the_library_whole`)
         lowest, highest, unknown, fault = -worst[-6], worst[-5], worst[-4], worst[-3]
         self.native_allowed = not fault  # the library errs on some rank's neighborhood: never run it
         # exact bytes: every call has the weights' sizes, so one class (the largest over ranks) serves all
@@ -284,6 +292,12 @@ class AutoDispatch:
         self.table = model.decide(family.seconds, self.native_allowed)
         built = {name: s for name, s in family.seconds.items() if family.built(name)}
         self.fallback = model.decide(built, self.native_allowed)
+        # a pinned collective's calls never compare sizes; with the library excluded nothing runs it
+        shortcut = self.shortcut_seconds if self.pinned is None and self.native_allowed else 0.0
+        native = family.seconds[model.NATIVE]
+        #: forms made ``native`` at every size since a size comparison would cost too much
+        self.library_whole = model.keep_the_library_whole(self.table, native, shortcut)
+        model.keep_the_library_whole(self.fallback, native, shortcut)
         persistent, blocking = FORMS.index("persistent"), FORMS.index("blocking")
         for size_class, trial in self.persistent_trials.items():  # measured outranks predicted
             self.table[persistent][size_class] = self.fallback[persistent][size_class] = trial["winner"]
@@ -441,6 +455,11 @@ class AutoDispatch:
         if not self.native_allowed:
             why = (f"the library's own call is excluded ({self._family.fault or 'a fault on another rank'}); "
                    f"{winner} is the fastest other candidate")
+        elif winner == model.NATIVE and form in self.library_whole:
+            why = (f"the library runs every size of this form: its table mixed the library with other "
+                   f"algorithms, and the size comparison that needs ({self.shortcut_seconds * 1e6:.2f} us "
+                   f"per call) would cost over {model.SHORTCUT_ALLOWANCE} x the library's call at some size "
+                   f"it runs" + (f" (best here: {best}, {predicted[best] / native:.2f} x)" if best else ""))
         elif winner == model.NATIVE:
             why = (f"no candidate is predicted at most {model.NATIVE_MARGIN} x native's time"
                    + (f" (best: {best}, {predicted[best] / native:.2f} x)" if best else ""))

@@ -198,7 +198,8 @@ def _main_profile(comm, args, cores: int) -> int:
             f"a byte it moves {moved} x beta, combined messages {combined} x that")
         per_call = [f"{form} native {load.native_per_call[form] * 1e6:.2f} / sparsecoll "
                     f"{load.sparsecoll_per_call[form] * 1e6:.2f}" for form in load.native_per_call]
-        say("per call (us): " + ", ".join(per_call))
+        say("per call (us): " + ", ".join(per_call) + f"; the library through auto's size comparison "
+            f"{load.native_shortcut * 1e6:.2f} more")
         if load.rma is not None:
             say(f"rma executor (persistent): {load.rma['per_message'] * 1e6:.2f} us more per message, "
                 f"{load.rma['byte_factor']:.2f} x the bytes' cost")

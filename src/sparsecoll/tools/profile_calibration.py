@@ -15,6 +15,10 @@ maximum over ranks:
   64 KiB, and persistent at 8 B (library and ``direct``): the time per byte, the per-message
   overhead and sparsecoll's per-call, per-step and combined-message costs are fitted on them,
   a neighborhood of the kind users run;
+* the library's blocking allgather on the stencil at 8 B through the size comparison of a
+  form whose table mixes the library with other algorithms
+  (:func:`sparsecoll.runtime.auto.library_shortcut`), in the 8 B group beside the library's
+  method: the profile's ``native.shortcut``;
 * ``direct``'s persistent alltoall on the stencil at 8 B and 64 KiB on the step and on the RMA
   executor: the profile's ``rma`` costs (:func:`sparsecoll.model.calibrate.fit_rma`);
 * the library's persistent alltoall on the stencil with blocks just within and just past the
@@ -35,6 +39,7 @@ from mpi4py import MPI
 from sparsecoll import cart_neighborhood_create, wrap
 from sparsecoll.model.calibrate import PROFILE_LARGE, PROFILE_SMALL, PROFILE_STENCIL, eager_straddle, ping_pong
 from sparsecoll.model.profile import FORMS
+from sparsecoll.runtime.auto import library_shortcut
 
 from .fair_timing import call_orders, fix_malloc_threshold, fresh_buffer
 
@@ -72,12 +77,13 @@ def measure(world, reps: int, progress=print) -> tuple:
     comms = [ring, grid]
     calls, keep, patterns = {}, [], {}
 
-    def add(key, comm, form: str, send_bytes: int, recv_bytes: int, family: str = "alltoall") -> None:
+    def add(key, comm, form: str, send_bytes: int, recv_bytes: int, family: str = "alltoall",
+            caller=_caller) -> None:
         """One timed variant: fresh send and receive buffers (kept alive) and its call."""
         send = fresh_buffer(numpy.ones(send_bytes, dtype="u1"))
         recv = fresh_buffer(numpy.zeros(recv_bytes, dtype="u1"))
         keep.append((send, recv))
-        calls[key] = _caller(comm, form, send, recv, family)
+        calls[key] = caller(comm, form, send, recv, family)
 
     for name, form, edges, block in wanted:
         add((name, form, edges, block), wrap(ring, name), form, edges * block, edges * block)
@@ -91,6 +97,11 @@ def measure(world, reps: int, progress=print) -> tuple:
             for block in (small, large):
                 for form in forms if block == small else ("blocking",):
                     add((name, family, form, block), comm, form, blocks * block, edges * block, family)
+    # the library's 8 B allgather through auto's size comparison (every call below the limit)
+    library = wrap(grid, "native")
+    patterns[("shortcut", "allgather")] = library.pattern("allgather")
+    add(("shortcut", "allgather", "blocking", small), library, "blocking", small, edges * small, "allgather",
+        _through_shortcut)
     # what the RMA executor adds to direct's persistent alltoall, at both sizes (auto's "[rma]" twins),
     # each against a step-executor twin of its own timed in its group
     for name, executor in (("direct[steps]", "steps"), ("direct[rma]", "rma")):
@@ -139,6 +150,14 @@ def measure(world, reps: int, progress=print) -> tuple:
     for comm in comms:
         comm.Free()
     return times, stencil, one_way
+
+
+def _through_shortcut(comm, form: str, send, recv, family: str):
+    """``_caller``'s blocking call of ``comm`` (a wrapper holding the library's methods) through
+    :func:`~sparsecoll.runtime.auto.library_shortcut`, which sends it to the library's method."""
+    method = getattr(comm, f"Neighbor_{family}")
+    shortcut = library_shortcut({form: recv.nbytes + 1}, form, method, method)
+    return lambda: shortcut(send, recv)
 
 
 def _group(key: tuple, straddle: tuple) -> str:
