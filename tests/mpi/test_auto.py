@@ -31,14 +31,18 @@ RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
 SIZES = (0, 8, 1024, 65536)
 
 
-def scaled_profile(per_call: float, per_step: float, overhead: float, beta: float = 1.0) -> Profile:
-    """The built-in profile with sparsecoll's costs and the per-message costs scaled."""
+def scaled_profile(per_call: float, per_step: float, overhead: float, beta: float = 1.0,
+                   shortcut: float = 0.0) -> Profile:
+    """The built-in profile with sparsecoll's costs and the per-message costs scaled, and the
+    library's call through auto's size comparison ``shortcut`` seconds dearer."""
     base = BUILTIN.loads[0]
     levels = {name: {"alpha": v["alpha"], "beta": v["beta"] * beta, "overhead": v["overhead"] * overhead}
               for name, v in base.levels.items()}
     ours = {form: seconds * per_call for form, seconds in base.sparsecoll_per_call.items()}
-    return Profile((Load(1.0, levels, ours, base.sparsecoll_per_step * per_step, base.native_per_call),),
-                   source=f"test: per_call x{per_call:g}, per_step x{per_step:g}, overhead x{overhead:g}")
+    return Profile((Load(1.0, levels, ours, base.sparsecoll_per_step * per_step, base.native_per_call,
+                         native_shortcut=shortcut),),
+                   source=f"test: per_call x{per_call:g}, per_step x{per_step:g}, overhead x{overhead:g}, "
+                          f"shortcut {shortcut:g} s")
 
 
 #: The built-in profile with its size comparison free (``native.shortcut`` 0): a table that mixes
@@ -102,11 +106,16 @@ def alltoall_matches_library(comm, raw, form: str, send, got, spec, nbytes: int)
           suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 10_000), density=st.sampled_from([0.2, 0.5, 0.9]),
        per_call=st.sampled_from([0.0, 0.5, 3.0]), per_step=st.sampled_from([0.0, 1.0, 20.0]),
-       overhead=st.sampled_from([1.0, 30.0]), beta=st.sampled_from([0.1, 10.0]))
-def test_the_choice_is_identical_on_every_rank(seed, density, per_call, per_step, overhead, beta):
+       overhead=st.sampled_from([1.0, 30.0]), beta=st.sampled_from([0.1, 10.0]),
+       shortcut=st.sampled_from([0.0, 0.2e-6, 5e-6]))
+def test_the_choice_is_identical_on_every_rank(seed, density, per_call, per_step, overhead, beta, shortcut):
+    """Every rank holds its own profile (each cost scaled at random per rank, the size comparison's
+    included, which decides whether a table may mix the library with other algorithms): every
+    rank runs the same algorithm for every collective, form and size, and the data is the library's."""
     mine = random.Random(seed * 1000 + RANK)  # every rank its own, different profile
     profile = scaled_profile(per_call * mine.uniform(0.5, 2), per_step * mine.uniform(0.5, 2),
-                             overhead * mine.uniform(0.5, 2), beta * mine.uniform(0.5, 2))
+                             overhead * mine.uniform(0.5, 2), beta * mine.uniform(0.5, 2),
+                             shortcut * mine.uniform(0.5, 2))
     with random_graph(seed, density) as raw:
         comm = sparsecoll.wrap(raw, profile=profile)
         for collective in ("alltoall", "allgather"):
