@@ -45,10 +45,26 @@ def scaled_profile(per_call: float, per_step: float, overhead: float, beta: floa
                           f"shortcut {shortcut:g} s")
 
 
-#: The built-in profile with its size comparison free (``native.shortcut`` 0): a table that mixes
-#: the library with other algorithms is kept (:func:`sparsecoll.model.choice.keep_the_library_whole`).
-FREE_SHORTCUT = Profile(tuple(replace(load, native_shortcut=0.0) for load in BUILTIN.loads),
-                        source="the built-in profile, its size comparison free")
+def builtin_with_shortcut(seconds: float) -> Profile:
+    """The built-in profile with its size comparison (``native.shortcut``) at ``seconds``."""
+    return Profile(tuple(replace(load, native_shortcut=seconds) for load in BUILTIN.loads),
+                   source=f"the built-in profile, its size comparison at {seconds:g} s")
+
+
+#: The size comparison free: a table that mixes the library with other algorithms is kept
+#: (:func:`sparsecoll.model.choice.keep_the_library_whole`).
+FREE_SHORTCUT = builtin_with_shortcut(0.0)
+
+
+def split_at_1kib(below: str, above: str):
+    """A stub of :func:`sparsecoll.model.choice.decide`: every form runs ``below`` under 1 KiB
+    blocks and ``above`` from there on."""
+    from sparsecoll.model import choice
+
+    def decide(seconds, native_allowed=True):
+        limit = choice.size_class(1024)
+        return [[below if c < limit else above for c in range(choice.CLASSES)] for _ in range(3)]
+    return decide
 
 
 def assert_same_on_every_rank(value) -> None:
@@ -476,11 +492,7 @@ def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
     by address and layout, so a fresh array at a freed one's address rightly reuses its binding)."""
     from sparsecoll.model import choice
 
-    def native_then_direct(seconds, native_allowed=True):
-        limit = choice.size_class(1024)
-        return [[choice.NATIVE if c < limit else "direct" for c in range(choice.CLASSES)] for _ in range(3)]
-
-    monkeypatch.setattr(choice, "decide", native_then_direct)
+    monkeypatch.setattr(choice, "decide", split_at_1kib(choice.NATIVE, "direct"))
     with random_graph(4, 0.7) as raw:
         indegree, outdegree, _ = raw.Get_dist_neighbors_count()
         comm = sparsecoll.wrap(raw, profile=FREE_SHORTCUT, verify_choice=False)  # the table as stubbed
@@ -517,14 +529,9 @@ def test_a_table_that_mixes_the_library_is_kept_only_where_its_size_comparison_i
     profile says 1 s, the others 0: the slowest rank's cost decides, on every rank alike."""
     from sparsecoll.model import choice
 
-    def native_then_direct(seconds, native_allowed=True):
-        limit = choice.size_class(1024)
-        return [[choice.NATIVE if c < limit else "direct" for c in range(choice.CLASSES)] for _ in range(3)]
-
-    monkeypatch.setattr(choice, "decide", native_then_direct)
+    monkeypatch.setattr(choice, "decide", split_at_1kib(choice.NATIVE, "direct"))
     costly = RANK == SIZE - 1 and shortcut > 0
-    profile = Profile(tuple(replace(load, native_shortcut=1.0 if costly else 0.0) for load in BUILTIN.loads),
-                      source="the built-in profile, its size comparison at 1 s or free")
+    profile = builtin_with_shortcut(1.0 if costly else 0.0)
     with random_graph(4, 0.7) as raw:
         indegree, outdegree, _ = raw.Get_dist_neighbors_count()
         comm = sparsecoll.wrap(raw, profile=profile, verify_choice=False)
@@ -576,11 +583,7 @@ def test_settled_large_calls_go_to_the_library_without_a_parse(monkeypatch):
     raises its error naming ``recvbuf`` on every rank, settled or not."""
     from sparsecoll.model import choice
 
-    def direct_then_native(seconds, native_allowed=True):
-        limit = choice.size_class(1024)
-        return [["direct" if c < limit else choice.NATIVE for c in range(choice.CLASSES)] for _ in range(3)]
-
-    monkeypatch.setattr(choice, "decide", direct_then_native)
+    monkeypatch.setattr(choice, "decide", split_at_1kib("direct", choice.NATIVE))
     # every rank has in-edges (else the collective is pinned to one class, see the auto module)
     raw = WORLD.Create_dist_graph_adjacent([(RANK - 1) % SIZE, (RANK - 2) % SIZE],
                                            [(RANK + 1) % SIZE, (RANK + 2) % SIZE], reorder=False)
