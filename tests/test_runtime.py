@@ -11,7 +11,7 @@ import pytest
 from mpi4py import MPI
 
 from sparsecoll.checks import GUARANTEED_TAG_UB
-from sparsecoll.runtime.auto import quick_size_class, spec_block_bytes
+from sparsecoll.runtime.auto import library_shortcut, quick_size_class, spec_block_bytes
 from sparsecoll.runtime.caches import ParseCache, call_signature
 from sparsecoll.runtime.channels import NONBLOCKING_CHANNELS, Channels
 from sparsecoll.runtime.plan import make_plan
@@ -407,3 +407,26 @@ def test_a_checked_request_refuses_a_second_start_and_frees_both_before_its_verd
         assert caught.value.Get_error_class() == MPI.ERR_REQUEST
     request.free()
     assert request == MPI.REQUEST_NULL and copy.deepcopy(request) == MPI.REQUEST_NULL
+
+
+@pytest.mark.parametrize("recv, expected", [
+    (numpy.zeros(63, dtype="u1"), "library"),          # a plain array under the limit
+    (numpy.zeros(64, dtype="u1"), "method"),           # at the limit: the class the library does not hold
+    (numpy.zeros((4, 8), dtype="f8"), "method"),       # 256 bytes, whatever the shape
+    (numpy.zeros((2, 3), dtype="f8"), "library"),      # 48 bytes
+    ([numpy.zeros(8, dtype="u1"), MPI.BYTE], "library"),           # a buffer spec: its array's bytes
+    ((numpy.zeros(100, dtype="u1"), 8, MPI.BYTE), "method"),       # its count says 8: the array says more
+    ([numpy.zeros(64, dtype="u1"), (8, 0), MPI.BYTE], "method"),
+    (bytearray(8), "method"),                          # not an array: the parse decides
+    ([], "method"),
+    ([bytearray(8), MPI.BYTE], "method"),
+])
+def test_the_library_shortcut_sends_only_arrays_under_its_limit_to_the_library(recv, expected):
+    """A call goes to the library's method only where its receive array (the buffer or its spec's
+    first entry) is a NumPy array of fewer bytes than the limit; anything else takes the parse."""
+    ran = []
+    shortcut = library_shortcut({"blocking": 64, "nonblocking": 0}, "blocking",
+                                lambda s, r: ran.append(("library", s, r)), lambda s, r: ran.append(("method", s, r)))
+    send = numpy.ones(8, dtype="u1")
+    shortcut(send, recv)
+    assert len(ran) == 1 and ran[0][0] == expected and ran[0][1] is send and ran[0][2] is recv
