@@ -31,3 +31,35 @@ def test_script_answers_help(script, tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "usage:" in run.stdout
     assert "sys.path" not in script.read_text(), f"{script.name}: scripts import the installed package"
+
+
+def test_the_auto_summary_picks_the_held_out_best_on_other_repetitions_than_it_times(tmp_path):
+    """A column fast on the odd repetitions and on a few even ones wins the row in the plain ratio
+    (auto at 1.25 x its median), not in the held-out one: picked on the even repetitions, where it
+    is slow, the best is the library's column, and auto, timed against it on the odd ones, is 0.952 x."""
+    import csv
+    import json
+
+    import numpy
+    reps = 40
+    lucky = [0.8 if rep % 2 or rep < 16 else 1.3 for rep in range(reps)]  # even repetitions: 8 fast, 12 slow
+    columns = {"native": [1.05] * reps, "lucky": lucky, "auto": [1.0] * reps}
+    row = {"topology": "t", "collective": "allgather", "size": 8, "mode": "blocking"}
+    (tmp_path / "results.json").write_text(json.dumps({"results": [
+        {**row, "algorithms": {name: {"samples": samples} for name, samples in columns.items()}}]}))
+    with open(tmp_path / "results.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["topology", "collective", "size", "mode", "algorithm", "median_s", "ratio_to_native_median",
+                         "auto_chose", "auto_checked", "auto_check_ratio"])
+        for name, samples in columns.items():
+            median = float(numpy.median(samples))
+            writer.writerow(["t", "allgather", 8, "blocking", name, median, median / 1.05,
+                             "native" if name == "auto" else "", "", ""])
+    script = ROOT / "benchmarks" / "auto" / "summarize.py"
+    run = subprocess.run([sys.executable, str(script), str(tmp_path / "results.csv"), "--samples",
+                          str(tmp_path / "results.json")], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "auto/best worst 1.250" in run.stdout and "rows over 1.1: 1" in run.stdout, run.stdout
+    held_out = run.stdout.splitlines()[-1]  # no row over 1.1 held out: its summary line is the last
+    assert "best picked on the even repetitions" in held_out, run.stdout
+    assert "worst 0.952" in held_out and "rows over 1.1: 0" in held_out, run.stdout

@@ -19,6 +19,8 @@ SPARSECOLL_PROFILE="$PROFILE" "$VENV/bin/sparsecoll" bench --np 8 --sizes 8,256,
 SPARSECOLL_PROFILE="$PROFILE" "$VENV/bin/sparsecoll" bench --np 8 --sizes 8,256,4096,65536 --algorithms native,auto \
     --mode blocking,persistent --reps ${REPS:-150} --out "$OUT/native-auto" \
     | tee "$OUT/native-auto/bench.txt"
+# auto/best also with the best picked and timed on different repetitions, while every sample is here
+"$VENV/bin/python" "$HERE/summarize.py" "$OUT/results.csv" --samples "$OUT/results.json" | tee "$OUT/summary.txt"
 # the table and results.csv are what this run is for (results.json holds every sample: 9 MB)
 rm -f "$OUT/"*.png "$OUT/native-auto/"*.png "$OUT/results.json" "$OUT/native-auto/results.json"
 cp "$PROFILE" "$OUT/profile.json"  # the profile this run chose with

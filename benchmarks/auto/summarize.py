@@ -1,7 +1,14 @@
 """One line per benchmark row: what auto ran, auto/native, the best algorithm and its ratio.
 
 Run: python benchmarks/auto/summarize.py benchmarks/auto/results-mpich/results.csv [--over 1.05]
+     [--samples benchmarks/auto/results-mpich/results.json]
 Ratios are the medians of interleaved per-repetition ratios that ``sparsecoll bench`` writes.
+
+With ``--samples`` (the bench's results.json: every repetition of every column), auto/best is
+also given with the best picked on the even repetitions and timed on the odd ones. The best of
+ten noisy columns, picked and timed on the same repetitions, is biased low (the winner's curse:
+a column that is as fast as another wins a row by the luck of its samples); picked on one half
+and timed on the other it is not, so rows still over 1.1 that way hold a real win auto missed.
 
 The last line is the noise floor of one row: in every row auto runs what one of the other
 columns runs (the library's own call, or a sparsecoll schedule), so auto's time over that
@@ -20,6 +27,8 @@ from collections import defaultdict
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("csv", help="results.csv of a sparsecoll bench run that measured auto")
 parser.add_argument("--over", type=float, default=None, help="list only rows where auto/native exceeds this")
+parser.add_argument("--samples", default=None, help="the run's results.json: auto/best with the best picked on "
+                                                     "the even repetitions and timed on the odd ones")
 args = parser.parse_args()
 
 
@@ -62,3 +71,32 @@ if same_code:
     print(f"same code in two columns (auto / the column of what it ran, {len(same_code)} rows): median "
           f"{statistics.median(same_code):.3f}, range {low:.3f}-{high:.3f}, "
           f"rows differing by over 10 %: {sum(not 1 / 1.1 <= r <= 1.1 for r in same_code)}")
+
+
+def held_out_best(results: list) -> list:
+    """Per row of ``results`` (results.json's) that measured auto: ``(row, best, ratio)``, the best
+    other column by its median over the even repetitions, and auto's median over the odd ones
+    against that column's."""
+    import numpy
+    rows = []
+    for result in results:
+        columns = {name: numpy.asarray(entry["samples"]) for name, entry in result["algorithms"].items()}
+        auto = columns.pop("auto", None)
+        if auto is None or len(auto) < 4:
+            continue
+        best = min(columns, key=lambda name: numpy.median(columns[name][0::2]))
+        ratio = float(numpy.median(auto[1::2]) / numpy.median(columns[best][1::2]))
+        rows.append(((result["topology"], result["collective"], result["size"], result["mode"]), best, ratio))
+    return rows
+
+
+if args.samples:
+    import json
+    with open(args.samples) as handle:
+        held_out = held_out_best(json.load(handle)["results"])
+    ratios = [ratio for _, _, ratio in held_out]
+    over = [(row, best, ratio) for row, best, ratio in held_out if ratio > 1.1]
+    print(f"auto/best, the best picked on the even repetitions and timed on the odd ones ({len(ratios)} rows): "
+          f"worst {max(ratios):.3f}, median {statistics.median(ratios):.3f}, rows over 1.1: {len(over)}")
+    for (topology, collective, size, mode), best, ratio in over:
+        print(f"  {topology:24} {collective:10} {size:6d} {mode:10} {best:17} {ratio:9.3f}")
