@@ -289,7 +289,8 @@ def test_a_mixed_row_is_kept_only_where_the_size_comparison_costs_little():
     assert choice.keep_the_library_whole(one_algorithm, native, 1.0) == []
     assert one_algorithm == [["direct"] * choice.CLASSES, [choice.NATIVE] * choice.CLASSES, mixed]
     above = [["direct"] * 20 + [choice.NATIVE] * (choice.CLASSES - 20)] * 3  # the library's classes cost 1 ms
-    assert choice.keep_the_library_whole([list(row) for row in above], native, 1e-3 * 0.049) == []
+    under = 1e-3 * choice.SHORTCUT_ALLOWANCE * 0.98
+    assert choice.keep_the_library_whole([list(row) for row in above], native, under) == []
 
 
 def test_every_byte_sparsecoll_moves_costs_its_byte_factor():

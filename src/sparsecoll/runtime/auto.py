@@ -23,10 +23,11 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   call whose numpy receive array (plain or in a buffer spec) is smaller than that goes to the library after one
   comparison (:attr:`AutoDispatch.library_below`), since parsing the arguments to find the
   class costs a microsecond, which several ranks per core turn into tens. Even that comparison
-  costs 0.25 us, which 8 ranks on 2 cores turn into 6-8 us (1.155 x Open MPI's 8 B Moore
-  allgather); where the profile's ``native.shortcut`` (the slowest rank's, agreed in the first
-  call's allreduce) exceeds :data:`~sparsecoll.model.choice.SHORTCUT_ALLOWANCE` of the library's
-  call at a class the table leaves to it, the form's table becomes ``native`` at every size
+  costs 0.1-0.25 us, which 8 ranks on 2 cores turn into 3-9 us (1.155 x Open MPI's 8 B Moore
+  allgather before it was trimmed; :func:`library_shortcut`); where the profile's
+  ``native.shortcut`` (the slowest rank's, agreed in the first call's allreduce) exceeds
+  :data:`~sparsecoll.model.choice.SHORTCUT_ALLOWANCE` of the library's call at a class the
+  table leaves to it, the form's table becomes ``native`` at every size
   (:func:`~sparsecoll.model.choice.keep_the_library_whole`): a win at some sizes is not bought
   with a loss at the others.
 * **Protocol candidates** (``common_neighbor``, ``distance_halving``, ``node_aware``) are predicted from an
