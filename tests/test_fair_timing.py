@@ -43,3 +43,24 @@ def test_creation_order_is_a_permutation_drawn_from_the_row():
     assert first == creation_order(10, "stencil", "alltoall", 8)  # every rank draws the same
     rows = {tuple(creation_order(10, "stencil", "alltoall", size)) for size in (8, 256, 4096, 65536)}
     assert len(rows) > 1  # and rows differ
+
+
+def test_interleaved_medians_call_each_once_per_repetition_in_the_shared_order_then_the_work_between():
+    """Every repetition makes every timed call once, in ``call_orders``' order, then the untimed
+    ones; the medians are per call (a call that sleeps longer has the larger one)."""
+    import time
+
+    from mpi4py import MPI
+
+    from sparsecoll.tools.fair_timing import interleaved_medians
+    made = []
+
+    def timed(name, seconds):
+        def call():
+            made.append(name)
+            time.sleep(seconds)
+        return call
+    medians = interleaved_medians(MPI.COMM_SELF, [timed(0, 0.0), timed(1, 0.002)], 5, (timed("between", 0.0),))
+    orders = call_orders(2)
+    assert made == [name for _ in range(5) for name in (*next(orders), "between")]
+    assert len(medians) == 2 and medians[1] > medians[0] + 0.001

@@ -10,14 +10,14 @@ running) too, as ``calibrate`` does. Prints the medians and ``direct``/library.
 """
 
 import argparse
-import time
+from functools import partial
 
 import numpy
 from mpi4py import MPI
 
 from sparsecoll import cart_neighborhood_create, wrap
 from sparsecoll.model.calibrate import PROFILE_STENCIL
-from sparsecoll.tools.fair_timing import call_orders, fix_malloc_threshold, fresh_buffer
+from sparsecoll.tools.fair_timing import fix_malloc_threshold, fresh_buffer, interleaved_medians
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--reps", type=int, default=1000)
@@ -57,21 +57,9 @@ def run(req) -> None:
 for req in timed + others:
     for _ in range(10):
         run(req)
-samples = numpy.zeros((args.reps, 2))
-local = numpy.zeros(2)
-orders = call_orders(2)
-for rep in range(args.reps):
-    for i in next(orders):
-        world.Barrier()
-        start = time.perf_counter()
-        run(timed[i])
-        local[i] = time.perf_counter() - start
-    for req in others:
-        world.Barrier()
-        run(req)
-    world.Allreduce(local, samples[rep], op=MPI.MAX)
+library, direct = interleaved_medians(world, [partial(run, req) for req in timed], args.reps,
+                                      [partial(run, req) for req in others])
 if world.Get_rank() == 0:
-    library, direct = numpy.median(samples, axis=0)
     print(f"{world.Get_size()} ranks, others {args.others}, rma {args.rma}: library {library * 1e6:.1f} us, "
           f"direct {direct * 1e6:.1f} us, direct/library {direct / library:.3f}")
 for req in timed + others:

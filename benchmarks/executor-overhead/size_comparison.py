@@ -11,7 +11,6 @@ what ``calibrate`` measures as the profile's ``native.shortcut``, with the bare 
 """
 
 import argparse
-import time
 
 import numpy
 from mpi4py import MPI
@@ -19,7 +18,7 @@ from mpi4py import MPI
 from sparsecoll import cart_neighborhood_create, wrap
 from sparsecoll.model.calibrate import PROFILE_STENCIL
 from sparsecoll.runtime.auto import library_shortcut
-from sparsecoll.tools.fair_timing import call_orders, fix_malloc_threshold, fresh_buffer
+from sparsecoll.tools.fair_timing import fix_malloc_threshold, fresh_buffer, interleaved_medians
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--reps", type=int, default=2000)
@@ -46,18 +45,8 @@ calls = list(variants.values())
 for call in calls:
     for _ in range(20):
         call()
-samples = numpy.zeros((args.reps, len(calls)))
-local = numpy.zeros(len(calls))
-orders = call_orders(len(calls))
-for rep in range(args.reps):
-    for i in next(orders):
-        world.Barrier()
-        start = time.perf_counter()
-        calls[i]()
-        local[i] = time.perf_counter() - start
-    world.Allreduce(local, samples[rep], op=MPI.MAX)
+medians = interleaved_medians(world, calls, args.reps)
 if world.Get_rank() == 0:
-    medians = numpy.median(samples, axis=0)
     print(f"{world.Get_size()} ranks, {MPI.Get_library_version().splitlines()[0].strip()}, {args.reps} repetitions")
     for name, median in zip(variants, medians):
         print(f"  {name:18} {median * 1e6:8.2f} us  {(median - medians[0]) * 1e6:+6.2f}")

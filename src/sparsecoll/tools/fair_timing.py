@@ -29,6 +29,7 @@ import ctypes
 import ctypes.util
 import mmap
 import platform
+import time
 import zlib
 
 import numpy
@@ -46,6 +47,28 @@ def call_orders(count: int):
     rng = numpy.random.default_rng(ORDER_SEED)
     while True:
         yield rng.permutation(count).tolist()
+
+
+def interleaved_medians(comm, calls: list, reps: int, between: tuple = ()) -> list:
+    """Per call of ``calls``, the median over ``reps`` repetitions of the maximum over ranks of one
+    call's time: every repetition makes every call once in :func:`call_orders`' order, each after
+    a barrier, then each of ``between`` (untimed, each after a barrier: other work a program does
+    between them). Collective over ``comm`` (one allreduce per repetition); every rank gets the list."""
+    from mpi4py import MPI
+    samples = numpy.zeros((reps, len(calls)))
+    local = numpy.zeros(len(calls))
+    orders = call_orders(len(calls))
+    for rep in range(reps):
+        for i in next(orders):
+            comm.Barrier()
+            start = time.perf_counter()
+            calls[i]()
+            local[i] = time.perf_counter() - start
+        for call in between:
+            comm.Barrier()
+            call()
+        comm.Allreduce(local, samples[rep], op=MPI.MAX)
+    return numpy.median(samples, axis=0).tolist()
 
 
 def creation_order(count: int, *row) -> list:
