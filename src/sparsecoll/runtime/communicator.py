@@ -42,7 +42,17 @@ from .auto import UNKNOWN, AutoDispatch, FamilyModel, local_class
 from .caches import CACHE_SIZE, ParseCache, Recent, call_signature, simple_spec
 from .channels import Channels
 from .plan import CallPlan, Plan
-from .progress import ENGINE, PersistentRequest, ScheduleRequest, run_stages, single_stage
+from .progress import (
+    ACTIVE,
+    ENGINE,
+    FREED,
+    INACTIVE,
+    PersistentRequest,
+    ScheduleRequest,
+    run_stages,
+    single_stage,
+    start_stage,
+)
 
 _ndarray = numpy.ndarray
 
@@ -612,7 +622,13 @@ class CommRuntime:
             if executor is not None:  # taken without the engine's lock (see _park)
                 request = _PooledRequest(executor, self, key, pool, channel, (sendbuf, recvbuf))
                 channels.hold_nonblocking(channel, request)
-                request._start()
+                single = request._single
+                if single is None:
+                    request._start()
+                else:  # what _start does for a new one-stage request
+                    request._state = ACTIVE
+                    start_stage(single)
+                    request._current = single
                 return request
         with ENGINE.lock:
             if call.size_pass:
@@ -800,10 +816,13 @@ class _PooledRequest(ScheduleRequest):
     def __init__(self, executor, runtime: CommRuntime, key, pool: dict, channel: int, keep):
         steps = executor.steps
         single = single_stage(steps)
-        if single is not None:  # handled by MPI alone, bypassing the engine
-            ScheduleRequest.__init__(self, single=single, persistent=False, keep=keep)
-        else:
-            ScheduleRequest.__init__(self, lambda: steps, persistent=False, keep=keep)
+        # ScheduleRequest's fields, set here: this runs on every pooled call
+        self._program = None if single is not None else (lambda: steps)
+        self._single = single
+        self._stages = self._current = self._error = self._on_complete = self._on_free = None
+        self._state = INACTIVE
+        self._persistent = False
+        self._keep = keep
         self._runtime = runtime
         self._key = key
         self._pool = pool
@@ -812,12 +831,19 @@ class _PooledRequest(ScheduleRequest):
 
     def _complete(self) -> None:
         runtime = self._runtime
-        if runtime is not None:
-            self._runtime = None
-            runtime._park(self._key, self._pool, self._channel, self._executor)
-            runtime.channels.release_nonblocking(self._channel, self)  # last: it may release the communicator
-            self._key = self._pool = self._executor = None
-        ScheduleRequest._complete(self)
+        if runtime is None:
+            ScheduleRequest._complete(self)
+            return
+        self._runtime = None
+        runtime._park(self._key, self._pool, self._channel, self._executor)
+        runtime.channels.release_nonblocking(self._channel, self)  # last: it may release the communicator
+        self._key = self._pool = self._executor = None
+        # ScheduleRequest._complete and _release of a nonblocking request without callbacks
+        error, self._error = self._error, None
+        self._state = FREED
+        self._program = self._single = self._keep = None
+        if error is not None:
+            raise error
 
 
 def _free_pool(pool: dict) -> None:

@@ -338,6 +338,7 @@ class ScheduleRequest(RequestProtocol):
 
     def __init__(self, program=None, *, single=None, persistent: bool, on_complete=None, on_free=None,
                  keep=()):
+        # the pooled nonblocking call (runtime.communicator._PooledRequest) sets these fields itself
         self._program = program
         self._single = single
         self._stages = None
