@@ -45,7 +45,7 @@ def test_creation_order_is_a_permutation_drawn_from_the_row():
     assert len(rows) > 1  # and rows differ
 
 
-def test_interleaved_medians_call_each_once_per_repetition_in_the_shared_order_then_the_work_between():
+def test_interleaved_medians_call_each_once_per_repetition_in_the_shared_order_then_the_work_between_then_the_hook():
     """Every repetition makes every timed call once, in ``call_orders``' order, then the untimed
     ones; the medians are per call (a call that sleeps longer has the larger one)."""
     import time
@@ -60,7 +60,8 @@ def test_interleaved_medians_call_each_once_per_repetition_in_the_shared_order_t
             made.append(name)
             time.sleep(seconds)
         return call
-    medians = interleaved_medians(MPI.COMM_SELF, [timed(0, 0.0), timed(1, 0.002)], 5, (timed("between", 0.0),))
+    medians = interleaved_medians(MPI.COMM_SELF, [timed(0, 0.0), timed(1, 0.002)], 5, (timed("between", 0.0),),
+                                  after_repetition=lambda done: made.append(("done", done)))
     orders = call_orders(2)
-    assert made == [name for _ in range(5) for name in (*next(orders), "between")]
+    assert made == [name for rep in range(5) for name in (*next(orders), "between", ("done", rep + 1))]
     assert len(medians) == 2 and medians[1] > medians[0] + 0.001

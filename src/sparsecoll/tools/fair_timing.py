@@ -49,11 +49,12 @@ def call_orders(count: int):
         yield rng.permutation(count).tolist()
 
 
-def interleaved_medians(comm, calls: list, reps: int, between: tuple = ()) -> list:
+def interleaved_medians(comm, calls: list, reps: int, between: tuple = (), after_repetition=None) -> list:
     """Per call of ``calls``, the median over ``reps`` repetitions of the maximum over ranks of one
     call's time: every repetition makes every call once in :func:`call_orders`' order, each after
     a barrier, then each of ``between`` (untimed, each after a barrier: other work a program does
-    between them). Collective over ``comm`` (one allreduce per repetition); every rank gets the list."""
+    between them). Collective over ``comm`` (one allreduce per repetition); every rank gets the list.
+    ``after_repetition(done)``, if given, is called with the number of repetitions done after each."""
     from mpi4py import MPI
     samples = numpy.zeros((reps, len(calls)))
     local = numpy.zeros(len(calls))
@@ -68,6 +69,8 @@ def interleaved_medians(comm, calls: list, reps: int, between: tuple = ()) -> li
             comm.Barrier()
             call()
         comm.Allreduce(local, samples[rep], op=MPI.MAX)
+        if after_repetition is not None:
+            after_repetition(rep + 1)
     return numpy.median(samples, axis=0).tolist()
 
 

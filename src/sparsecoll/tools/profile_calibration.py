@@ -41,7 +41,7 @@ from sparsecoll.model.calibrate import PROFILE_LARGE, PROFILE_SMALL, PROFILE_STE
 from sparsecoll.model.profile import FORMS
 from sparsecoll.runtime.auto import library_shortcut
 
-from .fair_timing import call_orders, fix_malloc_threshold, fresh_buffer
+from .fair_timing import fix_malloc_threshold, fresh_buffer, interleaved_medians
 
 
 def _caller(comm, form: str, send, recv, family: str = "alltoall"):
@@ -126,19 +126,11 @@ def measure(world, reps: int, progress=print) -> tuple:
             call()
     medians = {}
     for number, (label, keys) in enumerate(groups.items(), 1):
-        samples = numpy.zeros((reps, len(keys)))
-        local = numpy.zeros(len(keys))
-        orders = call_orders(len(keys))
-        for rep in range(reps):
-            for i in next(orders):
-                world.Barrier()
-                start = time.perf_counter()
-                calls[keys[i]]()
-                local[i] = time.perf_counter() - start
-            world.Allreduce(local, samples[rep], op=MPI.MAX)
-            if progress is not None and (rep + 1) % max(reps // 2, 1) == 0:
-                progress(f"calibrate: {label} group ({number}/{len(groups)}): {rep + 1}/{reps} repetitions")
-        medians.update({key: float(numpy.median(samples[:, i])) for i, key in enumerate(keys)})
+        def report(done: int, label=label, number=number) -> None:
+            if progress is not None and done % max(reps // 2, 1) == 0:
+                progress(f"calibrate: {label} group ({number}/{len(groups)}): {done}/{reps} repetitions")
+        values = interleaved_medians(world, [calls[key] for key in keys], reps, after_repetition=report)
+        medians.update(zip(keys, values))
     times = {key: value for key, value in medians.items() if key[1] not in ("alltoall", "allgather")}
     stencil = {key: (value, patterns[(key[0], key[1])]) for key, value in medians.items()
                if key[1] in ("alltoall", "allgather")}
