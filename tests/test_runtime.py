@@ -12,7 +12,7 @@ from mpi4py import MPI
 
 from sparsecoll.checks import GUARANTEED_TAG_UB
 from sparsecoll.runtime.auto import library_shortcut, quick_size_class, spec_block_bytes
-from sparsecoll.runtime.caches import ParseCache, call_signature
+from sparsecoll.runtime.caches import LastArrays, ParseCache, call_signature
 from sparsecoll.runtime.channels import NONBLOCKING_CHANNELS, Channels
 from sparsecoll.runtime.plan import make_plan
 from sparsecoll.runtime.progress import PersistentRequest
@@ -174,6 +174,78 @@ def test_the_array_parse_cache_checks_identity_and_layout():
     assert cache.recall_arrays("alltoall", send, other) is None
     cache.clear()
     assert len(cache) == 0
+
+
+def test_the_last_arrays_of_a_call_plan_are_found_only_as_the_very_same_unchanged_arrays():
+    last = LastArrays()
+    send, recv = numpy.zeros(4, "i4"), numpy.zeros(8, "i4")
+    last.keep("plan", send, recv, "key")
+    assert last.recall("plan", send, recv) == "key"
+    assert last.recall("other plan", send, recv) is None
+    assert last.recall("plan", recv, send) is None
+    assert last.recall("plan", send, recv.copy()) is None
+    assert last.recall("plan", send, [recv, MPI.INT]) is None  # a spec is not the array
+    send.flags.writeable = False  # a read-only send buffer parses the same
+    assert last.recall("plan", send, recv) == "key"
+    for change, undo in ((("shape", (2, 4)), ("shape", (8,))), (("dtype", "f4"), ("dtype", "i4")),
+                         (("strides", (8,)), None)):
+        if undo is None:
+            view = recv[::2]
+            assert last.recall("plan", send, view) is None
+            del view
+            continue
+        setattr(recv, *change)
+        assert last.recall("plan", send, recv) is None, change
+        setattr(recv, *undo)
+        assert last.recall("plan", send, recv) == "key"
+    recv.flags.writeable = False
+    assert last.recall("plan", send, recv) is None
+    recv.flags.writeable = True
+    ref = weakref.ref(recv)
+    del recv
+    gc.collect()
+    assert ref() is None
+    other = numpy.zeros(8, "i4")  # may get the dead array's id
+    assert last.recall("plan", send, other) is None
+    last.keep("plan", send, other, "key 2")
+    last.clear()
+    assert last.recall("plan", send, other) is None
+
+
+@pytest.mark.parametrize("form", ["blocking", "nonblocking"])
+def test_a_repeated_call_whose_arrays_changed_is_parsed_again(form):
+    """The call after one with the same arrays skips parsing only while they are unchanged: a receive
+    array made read-only since is refused, one viewed as another dtype moves the same bytes."""
+    import sparsecoll
+    graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0, 0], [0, 0])
+    comm = sparsecoll.wrap(graph, "direct")
+    try:
+        send, recv = numpy.arange(4, dtype="i4"), numpy.zeros(4, "i4")
+
+        def call():
+            if form == "blocking":
+                comm.Neighbor_alltoall(send, recv)
+            else:
+                comm.Ineighbor_alltoall(send, recv).Wait()
+        for _ in range(NONBLOCKING_CHANNELS + 2):  # an idle executor on every nonblocking channel
+            recv[:] = -1
+            call()
+            assert recv.tolist() == [0, 1, 2, 3]
+        recv.flags.writeable = False
+        with pytest.raises(Exception, match="recvbuf.*read-only"):
+            call()
+        recv.flags.writeable = True
+        recv.dtype = "u1"  # 16 bytes now: blocks of 8 bytes, the same bytes moved
+        recv[:] = 0
+        call()
+        assert recv.view("i4").tolist() == [0, 1, 2, 3]
+        send.shape = (2, 2)
+        recv.dtype = "i4"
+        recv[:] = -1
+        call()
+        assert recv.tolist() == [0, 1, 2, 3]
+    finally:
+        comm.Free()
 
 
 def test_auto_reads_the_block_size_of_every_argument_shape_mpi4py_splits():

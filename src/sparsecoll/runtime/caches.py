@@ -1,6 +1,7 @@
 """Caches of one communicator: they save local work only, and keep no user buffer alive.
 
 * :class:`Recent`: a bounded least-recently-used mapping (bound schedules, executors).
+* :class:`LastArrays`: per call plan, the key of its last call of two plain arrays.
 * :class:`ParseCache`: parsed buffer arguments, keyed by a cheap signature of the call's
   arguments: numpy arrays by identity (checked through a weak reference, so a freed
   array whose ``id`` is reused is never mistaken for it), counts, displacements and
@@ -72,9 +73,7 @@ class ParseCache:
         if entry is None:
             return None
         send_ref, recv_ref, layout, parsed = entry
-        if (send_ref() is not sendbuf or recv_ref() is not recvbuf
-                or layout != (sendbuf.dtype, sendbuf.shape, sendbuf.strides,
-                              recvbuf.dtype, recvbuf.shape, recvbuf.strides, recvbuf.flags.writeable)):
+        if send_ref() is not sendbuf or recv_ref() is not recvbuf or layout != array_layouts(sendbuf, recvbuf):
             return None
         self._arrays.move_to_end(key)
         return parsed
@@ -83,10 +82,8 @@ class ParseCache:
                     extra=None) -> None:
         """Remember ``parsed`` for two arrays (weakly referring to them; the send array's
         writability is left out: a read-only send buffer parses the same)."""
-        layout = (sendbuf.dtype, sendbuf.shape, sendbuf.strides,
-                  recvbuf.dtype, recvbuf.shape, recvbuf.strides, recvbuf.flags.writeable)
         self._arrays.keep((collective, id(sendbuf), id(recvbuf), extra),
-                          (weakref.ref(sendbuf), weakref.ref(recvbuf), layout, parsed))
+                          (weakref.ref(sendbuf), weakref.ref(recvbuf), array_layouts(sendbuf, recvbuf), parsed))
 
     def recall(self, signature, sendbuf, recvbuf):
         """The parse kept for ``signature`` if its arrays are still the very objects passed."""
@@ -110,6 +107,46 @@ class ParseCache:
         """Forget every parse."""
         self._entries.clear()
         self._arrays.clear()
+
+
+def array_layouts(sendbuf: numpy.ndarray, recvbuf: numpy.ndarray) -> tuple:
+    """What of two arrays, besides their identity, their parse depends on: each one's dtype, shape
+    and strides, and whether the receive array is writable (the send array's writability is left
+    out: a read-only send buffer parses the same)."""
+    return (sendbuf.dtype, sendbuf.shape, sendbuf.strides,
+            recvbuf.dtype, recvbuf.shape, recvbuf.strides, recvbuf.flags.writeable)
+
+
+class LastArrays:
+    """Per call plan, the call key of its last call whose arguments were two plain arrays.
+
+    A call with the very same arrays, their :func:`array_layouts` unchanged, has the same parse
+    and so the same key: blocking and nonblocking calls that find it skip parsing and the key's
+    making (:meth:`.CommRuntime.blocking`). That is the usual call of a loop, and what it saves
+    (the parse cache's lookup, a key to hash and move) is most of sparsecoll's own work per call.
+    A key only names a cache entry; one evicted since is simply not found.
+    """
+
+    def __init__(self):
+        self._entries: dict = {}  # call plan -> (weak refs, layouts, call key)
+
+    def recall(self, call, sendbuf, recvbuf):
+        """The key of ``call``'s last call if it had these very arrays, their layouts unchanged, else None."""
+        entry = self._entries.get(call)
+        if entry is None:
+            return None
+        send_ref, recv_ref, layouts, key = entry
+        if send_ref() is sendbuf and recv_ref() is recvbuf and layouts == array_layouts(sendbuf, recvbuf):
+            return key
+        return None
+
+    def keep(self, call, sendbuf: numpy.ndarray, recvbuf: numpy.ndarray, key) -> None:
+        """Remember ``key`` for ``call`` with these two arrays (weakly referred to)."""
+        self._entries[call] = (weakref.ref(sendbuf), weakref.ref(recvbuf), array_layouts(sendbuf, recvbuf), key)
+
+    def clear(self) -> None:
+        """Forget every call."""
+        self._entries.clear()
 
 
 def _array_of(spec) -> numpy.ndarray:

@@ -39,7 +39,7 @@ from ..pattern import FAMILIES, REGULAR, family_of, stats
 from ..topology import Topology, from_comm
 from . import persistence as levels
 from .auto import UNKNOWN, AutoDispatch, FamilyModel, local_class
-from .caches import CACHE_SIZE, ParseCache, Recent, call_signature, simple_spec
+from .caches import CACHE_SIZE, LastArrays, ParseCache, Recent, call_signature, simple_spec
 from .channels import Channels
 from .plan import CallPlan, Plan
 from .progress import (
@@ -108,6 +108,7 @@ class CommRuntime:
         self._decided: dict = {}  # the same key -> [whether its dispatch was made] (see decided_flag)
         self._library_allowed = None  # see library_allowed
         self._parsed = ParseCache()
+        self._last_arrays = LastArrays()  # CallPlan -> the call key of its last call of two arrays
         self._layouts = Recent(size=4 * CACHE_SIZE)  # (send key, recv key) -> layout number
         self._layouts_made = 0
         # call keys: (CallPlan, layout number[, item sizes of the size pass])
@@ -587,6 +588,12 @@ class CommRuntime:
     # -- calls ----------------------------------------------------------------------------------
     def blocking(self, call: CallPlan, sendbuf, recvbuf) -> None:
         """A blocking collective call on channel 0."""
+        key = self._last_arrays.recall(call, sendbuf, recvbuf)  # the usual call: the last one's arrays
+        if key is not None:
+            executor = self._blocking.recall(key)
+            if executor is not None:
+                run_stages(executor.steps)
+                return
         send, recv, layout = self.parse(call.collective, sendbuf, recvbuf)
         sizes = self.run_size_pass(call, send) if call.size_pass else None
         if call.rebind:  # non-persistent mode: bind on every call
@@ -597,6 +604,8 @@ class CommRuntime:
         if executor is None:
             executor = call.make_executor(self.private, self._schedule(call, send, recv, key, sizes), BLOCKING_CHANNEL)
             self._blocking.keep(key, executor)
+        if sizes is None and type(sendbuf) is _ndarray and type(recvbuf) is _ndarray:
+            self._last_arrays.keep(call, sendbuf, recvbuf, key)
         run_stages(executor.steps)
 
     def run_uncached(self, call: CallPlan, sendbuf, recvbuf) -> None:
@@ -612,11 +621,17 @@ class CommRuntime:
 
     def nonblocking(self, call: CallPlan, sendbuf, recvbuf) -> ScheduleRequest:
         """A nonblocking call on the next nonblocking channel; returns its started request."""
-        send, recv, layout = self.parse(call.collective, sendbuf, recvbuf)
+        key = self._last_arrays.recall(call, sendbuf, recvbuf)  # the usual call: the last one's arrays
+        send = None  # parsed below where the key is not known or no idle executor has it
+        if key is None:
+            send, recv, layout = self.parse(call.collective, sendbuf, recvbuf)
+            if not (call.size_pass or call.rebind):
+                key = _call_key(call, layout, None)
+                if type(sendbuf) is _ndarray and type(recvbuf) is _ndarray:
+                    self._last_arrays.keep(call, sendbuf, recvbuf, key)
         channels = self.channels
         channel = channels.take_nonblocking()  # before the lock: it may wait for the channel's last call
-        if not (call.size_pass or call.rebind):  # the usual call: the idle executor of this layout and channel
-            key = _call_key(call, layout, None)
+        if key is not None:  # the idle executor of this layout and channel
             pool = self._idle.recall(key)
             executor = pool.pop(channel, None) if pool is not None else None
             if executor is not None:  # taken without the engine's lock (see _park)
@@ -630,6 +645,8 @@ class CommRuntime:
                     start_stage(single)
                     request._current = single
                 return request
+        if send is None:
+            send, recv, layout = self.parse(call.collective, sendbuf, recvbuf)
         with ENGINE.lock:
             if call.size_pass:
                 request = self._sized_request(call, send, recv, layout, channel, (sendbuf, recvbuf))
@@ -752,6 +769,7 @@ class CommRuntime:
         """Drop parsed arguments, bound schedules and idle executors (local; patterns stay)."""
         with ENGINE.lock:
             self._parsed.clear()
+            self._last_arrays.clear()
             self._layouts.clear()
             self._schedules.clear()
             self._blocking.drop_all()
