@@ -325,8 +325,9 @@ def main(argv=None) -> int:
             if repetition > 0:
                 results[algorithm].append(solve)
 
-    # per solve: the slowest rank's times; per variant: the median over the solves
-    summary = {}
+    # per solve: the slowest rank's times; per variant: the median over the solves, and the quartiles
+    # of its exchange's ratio to native's in the same repetition (the two solves ran next to each other)
+    summary, exchanges = {}, {}
     for algorithm in algorithms:
         per_iteration, exchange_per_iteration = [], []
         for solve in results[algorithm]:
@@ -334,6 +335,9 @@ def main(argv=None) -> int:
             per_iteration.append(world.allreduce(solve["seconds"] / steps, op=MPI.MAX))
             exchange_per_iteration.append(world.allreduce(solve["exchange_seconds"] / steps, op=MPI.MAX))
         summary[algorithm] = (statistics.median(per_iteration), statistics.median(exchange_per_iteration))
+        exchanges[algorithm] = exchange_per_iteration
+    paired = {algorithm: numpy.percentile(numpy.divide(exchanges[algorithm], exchanges["native"]), [25, 50, 75])
+              for algorithm in algorithms}
     last = {algorithm: results[algorithm][-1] for algorithm in algorithms}
     gathered = {algorithm: world.gather((dist.owned, last[algorithm]["x"]), root=0) for algorithm in algorithms}
     degrees = world.gather((len(dist.sources), len(dist.destinations), len(dist.halo), len(dist.owned)), root=0)
@@ -362,16 +366,19 @@ def main(argv=None) -> int:
         print(f"Jacobi-preconditioned CG, b = A @ ones, tol {args.tol:g}, "
               f"{'persistent' if args.persistent else 'blocking'} Neighbor_alltoallv for the halo exchange")
         print(f"per iteration: slowest rank, median of {args.repeat} solves after a warm-up; "
-              "exchange/native < 1: faster than the MPI library")
+              "exchange/native < 1: faster than the MPI library; per solve: the exchange's ratio to native's "
+              "solve of the same round, median (quartiles)")
         native_exchange = summary["native"][1]
         width = max(len(name) for name in algorithms) + 12
         print(f"{'variant':<{width}} {'iterations':>10} {'time/iter':>11} {'exchange/iter':>14} "
-              f"{'exchange/native':>16}")
+              f"{'exchange/native':>16} {'per solve':>22}")
         for algorithm in algorithms:
             seconds, exchange = summary[algorithm]
             name = algorithm if resolved[algorithm] == algorithm else f"{algorithm} ({resolved[algorithm]})"
+            low, middle, high = paired[algorithm]
             print(f"{name:<{width}} {last[algorithm]['iterations']:>10} {seconds * 1e6:>8.1f} us "
-                  f"{exchange * 1e6:>11.1f} us {exchange / native_exchange:>15.2f}x")
+                  f"{exchange * 1e6:>11.1f} us {exchange / native_exchange:>15.2f}x "
+                  f"{middle:>8.2f}x ({low:.2f}-{high:.2f})")
         for line in lines:
             print("check: " + line)
     ok = world.bcast(ok, root=0)
