@@ -148,68 +148,56 @@ def test_the_parse_cache_keeps_no_array_alive_and_never_confuses_a_reused_id():
     assert cache.recall(call_signature(send, other), send, other) is None
 
 
-def test_the_array_parse_cache_checks_identity_and_layout():
+def _parse_cache_by_arrays():
+    """``(keep, recall, clear)`` of the parse cache's array entries (``other`` asks for another collective)."""
     cache = ParseCache()
-    send, recv = numpy.zeros(4, "i4"), numpy.zeros(8, "i4")
-    cache.keep_arrays("alltoall", send, recv, "parsed")
-    assert cache.recall_arrays("alltoall", send, recv) == "parsed"
-    assert cache.recall_arrays("allgather", send, recv) is None
-    send.flags.writeable = False  # a read-only send buffer parses the same
-    assert cache.recall_arrays("alltoall", send, recv) == "parsed"
-    recv.shape = (2, 4)
-    assert cache.recall_arrays("alltoall", send, recv) is None
-    recv.shape = (8,)
-    recv.flags.writeable = False
-    assert cache.recall_arrays("alltoall", send, recv) is None
-    recv.flags.writeable = True
-    recv.dtype = "f4"
-    assert cache.recall_arrays("alltoall", send, recv) is None
-    recv.dtype = "i4"
-    assert cache.recall_arrays("alltoall", send, recv) == "parsed"
-    ref = weakref.ref(recv)
-    del recv
-    gc.collect()
-    assert ref() is None
-    other = numpy.zeros(8, "i4")  # may get the dead array's id
-    assert cache.recall_arrays("alltoall", send, other) is None
-    cache.clear()
-    assert len(cache) == 0
+    return (lambda send, recv: cache.keep_arrays("alltoall", send, recv, "found"),
+            lambda send, recv, other=False: cache.recall_arrays("allgather" if other else "alltoall", send, recv),
+            cache.clear)
 
 
-def test_the_last_arrays_of_a_call_plan_are_found_only_as_the_very_same_unchanged_arrays():
+def _last_arrays():
+    """``(keep, recall, clear)`` of :class:`LastArrays` (``other`` asks for another call plan)."""
     last = LastArrays()
+    return (lambda send, recv: last.keep("plan", send, recv, "found"),
+            lambda send, recv, other=False: last.recall("other plan" if other else "plan", send, recv),
+            last.clear)
+
+
+@pytest.mark.parametrize("cache", [_parse_cache_by_arrays, _last_arrays], ids=["ParseCache", "LastArrays"])
+def test_the_array_caches_find_only_the_very_same_unchanged_arrays(cache):
+    """Both caches keyed by two arrays check them the same way (``array_layouts``)."""
+    keep, recall, clear = cache()
     send, recv = numpy.zeros(4, "i4"), numpy.zeros(8, "i4")
-    last.keep("plan", send, recv, "key")
-    assert last.recall("plan", send, recv) == "key"
-    assert last.recall("other plan", send, recv) is None
-    assert last.recall("plan", recv, send) is None
-    assert last.recall("plan", send, recv.copy()) is None
-    assert last.recall("plan", send, [recv, MPI.INT]) is None  # a spec is not the array
+    keep(send, recv)
+    assert recall(send, recv) == "found"
+    assert recall(send, recv, other=True) is None
+    assert recall(recv, send) is None
+    assert recall(send, recv.copy()) is None
+    assert recall(send, [recv, MPI.INT]) is None  # a spec is not the array
     send.flags.writeable = False  # a read-only send buffer parses the same
-    assert last.recall("plan", send, recv) == "key"
-    for change, undo in ((("shape", (2, 4)), ("shape", (8,))), (("dtype", "f4"), ("dtype", "i4")),
-                         (("strides", (8,)), None)):
-        if undo is None:
-            view = recv[::2]
-            assert last.recall("plan", send, view) is None
-            del view
-            continue
-        setattr(recv, *change)
-        assert last.recall("plan", send, recv) is None, change
-        setattr(recv, *undo)
-        assert last.recall("plan", send, recv) == "key"
+    assert recall(send, recv) == "found"
+    for attribute, changed, back in (("shape", (2, 4), (8,)), ("dtype", "f4", "i4")):
+        setattr(recv, attribute, changed)
+        assert recall(send, recv) is None, attribute
+        setattr(recv, attribute, back)
+        assert recall(send, recv) == "found"
+    view = recv[::2]
+    assert recall(send, view) is None
+    del view
     recv.flags.writeable = False
-    assert last.recall("plan", send, recv) is None
+    assert recall(send, recv) is None
     recv.flags.writeable = True
+    assert recall(send, recv) == "found"
     ref = weakref.ref(recv)
     del recv
     gc.collect()
     assert ref() is None
     other = numpy.zeros(8, "i4")  # may get the dead array's id
-    assert last.recall("plan", send, other) is None
-    last.keep("plan", send, other, "key 2")
-    last.clear()
-    assert last.recall("plan", send, other) is None
+    assert recall(send, other) is None
+    keep(send, other)
+    clear()
+    assert recall(send, other) is None
 
 
 @pytest.mark.parametrize("form", ["blocking", "nonblocking"])
