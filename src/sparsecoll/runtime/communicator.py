@@ -43,7 +43,6 @@ from .caches import CACHE_SIZE, LastArrays, ParseCache, Recent, call_signature, 
 from .channels import Channels
 from .plan import CallPlan, Plan
 from .progress import (
-    ACTIVE,
     ENGINE,
     FREED,
     INACTIVE,
@@ -51,7 +50,6 @@ from .progress import (
     ScheduleRequest,
     run_stages,
     single_stage,
-    start_stage,
 )
 
 _ndarray = numpy.ndarray
@@ -637,13 +635,7 @@ class CommRuntime:
             if executor is not None:  # taken without the engine's lock (see _park)
                 request = _PooledRequest(executor, self, key, pool, channel, (sendbuf, recvbuf))
                 channels.hold_nonblocking(channel, request)
-                single = request._single
-                if single is None:
-                    request._start()
-                else:  # what _start does for a new one-stage request
-                    request._state = ACTIVE
-                    start_stage(single)
-                    request._current = single
+                request._start()
                 return request
         if send is None:
             send, recv, layout = self.parse(call.collective, sendbuf, recvbuf)

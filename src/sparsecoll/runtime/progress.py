@@ -394,9 +394,9 @@ class ScheduleRequest(RequestProtocol):
     # -- the user's side ----------------------------------------------------------------
     def _start(self) -> None:
         """Start (or restart) the collective; new buffer contents are picked up."""
-        if self._state == FREED:
-            raise freed_request_error()
         if self._state != INACTIVE:
+            if self._state == FREED:
+                raise freed_request_error()
             raise RuntimeError("request: Start() on an active request (complete it with Wait or Test first)")
         self._state = ACTIVE
         self._error = None
