@@ -90,6 +90,9 @@ def test_bench_measures_every_pattern_algorithm_once_per_executor_in_the_same_ru
     for label in ("direct[steps]", "direct[dag]"):  # a 2x2 Moore grid: 8 edges to 3 ranks, joined on the wire
         assert int(by_label[label]["wire_messages_max"]) == 3 < int(by_label[label]["messages_max"]) == 8
     assert by_label["native"]["wire_messages_max"] == ""  # the library's messages are not counted
+    predicted = entries["auto"]["predicted_seconds"]  # auto's model's time for each column it predicted
+    assert float(by_label["native"]["auto_predicted_s"]) == predicted["native"] > 0
+    assert by_label["auto"]["auto_predicted_s"] == ""
 
 
 def test_bad_algorithm_options_and_executors_stop_before_launching():

@@ -63,3 +63,27 @@ def test_the_auto_summary_picks_the_held_out_best_on_other_repetitions_than_it_t
     held_out = run.stdout.splitlines()[-1]  # no row over 1.1 held out: its summary line is the last
     assert "best picked on the even repetitions" in held_out, run.stdout
     assert "worst 0.952" in held_out and "rows over 1.1: 0" in held_out, run.stdout
+
+
+def test_the_auto_summary_names_the_rows_where_the_model_erred_most(tmp_path):
+    """Measured over predicted per column, as a factor either way: a column predicted at a quarter
+    of its time is the worst (4.00) and is named; auto's own column and columns the model did
+    not predict are left out."""
+    import csv
+    header = ["topology", "collective", "size", "mode", "algorithm", "median_s", "ratio_to_native_median",
+              "auto_chose", "auto_checked", "auto_check_ratio", "auto_predicted_s"]
+    columns = [("native", 2.0, 2.5), ("direct", 4.0, 1.0), ("cartesian", 1.0, ""), ("auto", 2.0, 0.1)]
+    with open(tmp_path / "results.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        for name, measured, predicted in columns:
+            writer.writerow(["t", "alltoall", 8, "persistent", name, measured, measured / 2.0,
+                             "native" if name == "auto" else "", "", "", predicted])
+    script = ROOT / "benchmarks" / "auto" / "summarize.py"
+    run = subprocess.run([sys.executable, str(script), str(tmp_path / "results.csv")], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "model error (measured / predicted, 2 columns): median factor 2.62, worst 4.00" in run.stdout, run.stdout
+    worst = run.stdout.splitlines()[-2]
+    assert "direct" in worst and "measured/predicted 4.000" in worst, run.stdout
+    assert "measured/predicted 0.800" in run.stdout.splitlines()[-1], run.stdout

@@ -15,6 +15,11 @@ columns runs (the library's own call, or a sparsecoll schedule), so auto's time 
 column's time, both medians of the same run, would be 1 but for the machine; its spread is
 how far two columns that run the same code differ in one row here.
 
+Where results.csv has ``auto_predicted_s`` (runs from 2026-11-29 on: the time auto's model
+predicted for each column's algorithm), the model's error is given too: measured / predicted as
+a factor (1.25 means a quarter off either way), median and worst over every column of every
+row, and the rows of the five worst.
+
 ``check`` (runs from 2026-11-28 on): the candidate auto's online check timed against the library
 before the repetitions, and its median over native's there (the choice needs at most 0.95).
 """
@@ -71,6 +76,26 @@ if same_code:
     print(f"same code in two columns (auto / the column of what it ran, {len(same_code)} rows): median "
           f"{statistics.median(same_code):.3f}, range {low:.3f}-{high:.3f}, "
           f"rows differing by over 10 %: {sum(not 1 / 1.1 <= r <= 1.1 for r in same_code)}")
+
+
+def model_errors(rows: dict) -> list:
+    """``(factor, measured / predicted, row, algorithm)`` for every column whose algorithm auto's
+    model predicted, worst first (``factor``: the ratio or its inverse, whichever is at least 1)."""
+    errors = []
+    for row, entries in rows.items():
+        for name, entry in entries.items():
+            if name != "auto" and entry.get("auto_predicted_s"):
+                ratio = float(entry["median_s"]) / float(entry["auto_predicted_s"])
+                errors.append((max(ratio, 1 / ratio), ratio, row, name))
+    return sorted(errors, reverse=True)
+
+
+errors = model_errors(rows)
+if errors:
+    print(f"model error (measured / predicted, {len(errors)} columns): median factor "
+          f"{statistics.median(e[0] for e in errors):.2f}, worst {errors[0][0]:.2f}; the five worst:")
+    for _, ratio, (topology, collective, size, mode), name in errors[:5]:
+        print(f"  {topology:24} {collective:10} {size:6d} {mode:10} {name:17} measured/predicted {ratio:.3f}")
 
 
 def held_out_best(results: list) -> list:

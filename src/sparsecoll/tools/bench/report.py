@@ -50,7 +50,9 @@ def write_files(out: Path, results: list, env: dict) -> list:
     """results.json (every sample), results.csv (one row per algorithm column and case; ``executor``:
     the executor of a sparsecoll column, empty for ``native`` and ``auto``; ``messages_*``: the
     schedule's messages to other ranks, ``wire_messages_max``: those the step or DAG executor
-    sent after joining a step's messages to one peer, empty where it did not count them)."""
+    sent after joining a step's messages to one peer, empty where it did not count them;
+    ``auto_predicted_s``: in a row that measured ``auto``, the time its model predicted for this
+    column's algorithm, empty where it predicted none)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"environment": env, "results": results}, indent=1))
     fields = ["topology", "collective", "size", "mode", "algorithm", "executor", "median_s", "q1_s", "q3_s",
@@ -58,11 +60,12 @@ def write_files(out: Path, results: list, env: dict) -> list:
               "phase1_s", "phase1_cpu_s", "phase2_s", "phase2_cpu_s", "phase2_bind_s", "binds_per_call", "steps_max",
               "messages_max", "messages_mean", "items_max", "bytes_max", "bytes_mean", "agrees_with_native",
               "auto_chose", "wire_messages_max", "auto_checked", "auto_check_ratio",
-              "auto_settle_calls", "auto_settle_s"]
+              "auto_settle_calls", "auto_settle_s", "auto_predicted_s"]
     with open(out / "results.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(fields)
         for r in results:
+            predicted = r["algorithms"].get("auto", {}).get("predicted_seconds", {})
             for name, e in r["algorithms"].items():
                 p = e["plan"]
                 writer.writerow([r["topology"], r["collective"], r["size"], r["mode"], name, e.get("executor") or "",
@@ -75,7 +78,7 @@ def write_files(out: Path, results: list, env: dict) -> list:
                                  p["items_max"], p["bytes_max"], p["bytes_mean"], e["agrees_with_native"],
                                  e.get("chosen", ""), p.get("executor_counts", {}).get("wire_sends_max", ""),
                                  *_check_fields(e.get("check")), e.get("settle_calls", ""),
-                                 e.get("settle_seconds", "")])
+                                 e.get("settle_seconds", ""), predicted.get(name, "")])
     return [out / "results.json", out / "results.csv"]
 
 
