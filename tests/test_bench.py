@@ -337,3 +337,20 @@ def test_the_auto_column_is_timed_after_its_one_time_work(monkeypatch, tmp_path)
         assert auto["check"] == check and auto["chosen"] == check["winner"] and auto["agrees_with_native"]
         assert auto["settle_calls"] == max(calls_until_settled(form) for form in ("blocking", "persistent"))
         assert auto["settle_seconds"] > 0
+
+
+def test_the_bench_gives_no_prediction_for_a_row_a_pinned_collective_ran_at_another_class(tmp_path):
+    """On this random graph at 8 ranks, rank 1 has no edge, so its alltoall cannot tell its block
+    size and auto pins the collective to its first call's class (8 B): the 64 KiB row runs the
+    8 B class's choice, whose predictions are not that row's and are left out of results.csv."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "sparsecoll", "bench", "--np", "8", "--topology", "random:density=0.3,seed=1",
+               "--collective", "alltoall", "--sizes", "8,65536", "--reps", "3", "--warmup", "1", "--phase-reps", "1",
+               "--algorithms", "native,auto", "--mode", "blocking", "--out", str(out)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    predicted = {row["size"]: row["auto_predicted_s"] for row in csv.DictReader((out / "results.csv").open())
+                 if row["algorithm"] == "native"}
+    assert float(predicted["8"]) > 0 and predicted["65536"] == "", predicted
+    auto = {r["size"]: r["algorithms"]["auto"] for r in json.loads((out / "results.json").read_text())["results"]}
+    assert auto[65536]["predicted_seconds"] == {} and "native" in auto[8]["predicted_seconds"]

@@ -52,7 +52,8 @@ def write_files(out: Path, results: list, env: dict) -> list:
     schedule's messages to other ranks, ``wire_messages_max``: those the step or DAG executor
     sent after joining a step's messages to one peer, empty where it did not count them;
     ``auto_predicted_s``: in a row that measured ``auto``, the time its model predicted for this
-    column's algorithm, empty where it predicted none)."""
+    column's algorithm, empty where it predicted none or predicted another size class: a
+    pinned collective's, see :mod:`sparsecoll.runtime.auto`)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"environment": env, "results": results}, indent=1))
     fields = ["topology", "collective", "size", "mode", "algorithm", "executor", "median_s", "q1_s", "q3_s",

@@ -59,7 +59,7 @@ from sparsecoll import check_executor as check_executor_options
 from sparsecoll import executors as executor_names
 from sparsecoll import wrap
 from sparsecoll.algorithms import AUTO, REGISTRY, parse_variant
-from sparsecoll.model.choice import library_fault
+from sparsecoll.model.choice import library_fault, size_class
 from sparsecoll.model.profile import library_name
 from sparsecoll.pattern import REGULAR, family_of
 from sparsecoll.runtime.auto import calls_until_settled
@@ -400,7 +400,10 @@ def measure(world, workload: Workload, collective: str, size: int, algorithms: l
             stats = calls[(autos[0].label, mode)].comm.plan_stats(collective, block_bytes=size,
                                                                   form=FORM_OF_MODE[mode])
             chosen[mode] = stats["algorithm"]
-            predicted[mode] = stats["auto"]["predicted_seconds"]
+            # a pinned collective (a rank that cannot tell its block size) runs the class of its
+            # first call at every size: that class's predictions are not this row's
+            same_class = stats["auto"]["size_class"] == size_class(size)
+            predicted[mode] = stats["auto"]["predicted_seconds"] if same_class else {}
             checks[mode] = stats["auto"]["check"]
         for name in set(chosen.values()) - set(setup):
             setup[name] = _set_up(world, workload, collective, size, Variant(name, name), phase_reps, phase1_cache)
