@@ -29,6 +29,8 @@ import csv
 import statistics
 from collections import defaultdict
 
+from sparsecoll.tools.bench.report import model_error
+
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("csv", help="results.csv of a sparsecoll bench run that measured auto")
 parser.add_argument("--over", type=float, default=None, help="list only rows where auto/native exceeds this")
@@ -92,8 +94,9 @@ def model_errors(rows: dict) -> list:
 
 errors = model_errors(rows)
 if errors:
+    median_error, worst_error = model_error([ratio for _, ratio, _, _ in errors])
     print(f"model error (measured / predicted, {len(errors)} columns): median factor "
-          f"{statistics.median(e[0] for e in errors):.2f}, worst {errors[0][0]:.2f}; the five worst:")
+          f"{median_error:.2f}, worst {worst_error:.2f}; the five worst:")
     for _, ratio, (topology, collective, size, mode), name in errors[:5]:
         print(f"  {topology:24} {collective:10} {size:6d} {mode:10} {name:17} measured/predicted {ratio:.3f}")
 

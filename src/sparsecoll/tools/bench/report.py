@@ -196,12 +196,18 @@ def auto_summary(results: list) -> str | None:
                    if name in entries and seconds > 0]
     if not to_native:
         return None
-    error = numpy.abs(numpy.log(errors)) if errors else numpy.zeros(1)
+    median_error, worst_error = model_error(errors) if errors else (1.0, 1.0)
     return (f"auto / native (median of interleaved pairs, per row): worst {max(to_native):.3f}, median "
             f"{numpy.median(to_native):.3f} over {len(to_native)} rows; auto / best algorithm of the row: worst "
             f"{max(to_best):.3f}, median {numpy.median(to_best):.3f}; model error (measured / predicted median, "
-            f"every algorithm of every row): median factor {numpy.exp(numpy.median(error)):.2f}, worst "
-            f"{numpy.exp(error.max()):.2f}")
+            f"every algorithm of every row): median factor {median_error:.2f}, worst {worst_error:.2f}")
+
+
+def model_error(ratios) -> tuple:
+    """``(median, worst)`` factor by which the ratios measured / predicted miss 1, either way
+    (1.25: a quarter too slow or too fast)."""
+    error = numpy.abs(numpy.log(numpy.asarray(ratios, dtype=float)))
+    return float(numpy.exp(numpy.median(error))), float(numpy.exp(error.max()))
 
 
 def phase_rows(results: list) -> list:
