@@ -29,7 +29,7 @@ import csv
 import statistics
 from collections import defaultdict
 
-from sparsecoll.tools.bench.report import model_error
+from sparsecoll.tools.bench.report import error_factors, model_error
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("csv", help="results.csv of a sparsecoll bench run that measured auto")
@@ -82,14 +82,12 @@ if same_code:
 
 def model_errors(rows: dict) -> list:
     """``(factor, measured / predicted, row, algorithm)`` for every column whose algorithm auto's
-    model predicted, worst first (``factor``: the ratio or its inverse, whichever is at least 1)."""
-    errors = []
-    for row, entries in rows.items():
-        for name, entry in entries.items():
-            if name != "auto" and entry.get("auto_predicted_s"):
-                ratio = float(entry["median_s"]) / float(entry["auto_predicted_s"])
-                errors.append((max(ratio, 1 / ratio), ratio, row, name))
-    return sorted(errors, reverse=True)
+    model predicted, worst first (``factor``: :func:`~sparsecoll.tools.bench.report.error_factors`)."""
+    columns = [(float(entry["median_s"]) / float(entry["auto_predicted_s"]), row, name)
+               for row, entries in rows.items() for name, entry in entries.items()
+               if name != "auto" and entry.get("auto_predicted_s")]
+    factors = error_factors([ratio for ratio, _, _ in columns])
+    return sorted(((float(f), *column) for f, column in zip(factors, columns)), key=lambda e: e[0], reverse=True)
 
 
 errors = model_errors(rows)

@@ -203,11 +203,16 @@ def auto_summary(results: list) -> str | None:
             f"every algorithm of every row): median factor {median_error:.2f}, worst {worst_error:.2f}")
 
 
-def model_error(ratios) -> tuple:
-    """``(median, worst)`` factor by which the ratios measured / predicted miss 1, either way
+def error_factors(ratios) -> numpy.ndarray:
+    """Each ratio measured / predicted as the factor (at least 1) by which it misses 1, either way
     (1.25: a quarter too slow or too fast)."""
-    error = numpy.abs(numpy.log(numpy.asarray(ratios, dtype=float)))
-    return float(numpy.exp(numpy.median(error))), float(numpy.exp(error.max()))
+    return numpy.exp(numpy.abs(numpy.log(numpy.asarray(ratios, dtype=float))))
+
+
+def model_error(ratios) -> tuple:
+    """``(median, worst)`` of :func:`error_factors` (the median taken of their logarithms)."""
+    factors = error_factors(ratios)
+    return float(numpy.exp(numpy.median(numpy.log(factors)))), float(factors.max())
 
 
 def phase_rows(results: list) -> list:
