@@ -818,6 +818,72 @@ def test_persistent_checks_agree_whatever_order_the_ranks_complete_them(monkeypa
         assert persistent_alltoall(comm, raw, nbytes, spec=False)["check"] is not None
 
 
+def test_persistent_checks_agree_whatever_order_the_ranks_start_them(monkeypatch, short_checks):
+    """MPI lets ranks start persistent requests in different orders: rank 0 starts two checked
+    requests in the opposite order of the others' in every run, the runs that post their verdicts
+    included. Each request agrees on the same times and winner on every rank (their verdicts were
+    one allreduce each on one communicator, which matched rank 0's first request with the others'
+    second: different winners, then a hang), and every run's data is the library's."""
+    from sparsecoll.runtime import auto
+    monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
+    nbytes = 32
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw, verify_choice=True)
+        sends = [numpy.zeros(2 * nbytes, dtype="u1") for _ in range(2)]
+        gots = [numpy.zeros(2 * nbytes, dtype="u1") for _ in range(2)]
+        requests = [comm.Neighbor_alltoall_init(s, g) for s, g in zip(sends, gots)]
+        order = [1, 0] if RANK == 0 else [0, 1]
+        for run in range(check_starts() + 2):
+            for k in range(2):
+                sends[k][:] = (numpy.arange(2 * nbytes) + 7 * RANK + 3 * run + 50 * k).astype("u1")
+            for k in order:
+                requests[k].Start()
+            for k in order:
+                requests[k].Wait()
+            for k in range(2):
+                expected = numpy.zeros_like(gots[k])
+                raw.Neighbor_alltoall(sends[k], expected)
+                assert numpy.array_equal(gots[k], expected), (run, k)
+        assert_same_on_every_rank([(r.verdict.worst.tolist(), r.winner) for r in requests])
+        for request in requests:
+            request.Free()
+        explained = persistent_alltoall(comm, raw, nbytes, spec=False, starts=2)
+        assert explained["check"] is not None
+        assert_same_on_every_rank((explained["check"], explained["algorithm"]))
+
+
+def test_a_start_that_posts_a_verdict_on_either_side_of_an_init(monkeypatch, short_checks):
+    """The start that posts a checked request's verdict is local: rank 0 makes it before the next
+    init of the class, the others after it (each completes the run after both calls). The init
+    makes the same request on every rank (rank 0 applied the verdict it had posted, so its new
+    request was the winner's alone while the others' was checked: a hang at its first start), and
+    the next init, once every rank posted, takes the verdict unchecked everywhere."""
+    from sparsecoll.runtime import auto
+    from sparsecoll.runtime.online_check import CheckedRequest
+    monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
+    monkeypatch.setattr(auto, "CHECK_WIN", 0.0)  # the library wins: the class's later requests are the library's
+    nbytes = 32
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw, verify_choice=True)
+        send, got = numpy.zeros(2 * nbytes, dtype="u1"), numpy.zeros(2 * nbytes, dtype="u1")
+        request = comm.Neighbor_alltoall_init(send, got)
+        started(request, send, got, raw, nbytes, False, check_starts() - 1)
+        if RANK == 0:
+            request.Start()  # posts the verdict
+        send2, got2 = numpy.zeros_like(send), numpy.zeros_like(got)
+        second = comm.Neighbor_alltoall_init(send2, got2)
+        if RANK != 0:
+            request.Start()
+        request.Wait()
+        assert_same_on_every_rank(isinstance(second, CheckedRequest))
+        started(second, send2, got2, raw, nbytes, False, 3)
+        second.Free()
+        request.Free()
+        explained = persistent_alltoall(comm, raw, nbytes, spec=False, starts=3)
+        assert explained["check"]["winner"] == explained["algorithm"] == "native"
+        assert_same_on_every_rank(explained["check"])
+
+
 def test_by_default_a_persistent_near_miss_is_not_timed(monkeypatch, short_checks):
     """Where the model keeps the library's call, the default checks nothing (only ``verify_choice=True``
     moves a class away from the library on a check)."""

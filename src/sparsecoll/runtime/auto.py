@@ -74,14 +74,17 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   and returns a :class:`~.online_check.CheckedRequest`: its first starts alternate the two,
   :data:`CHECK_WARMUP` pairs untimed, then :data:`PERSISTENT_TRIALS` pairs timed (each run's time
   is what the caller spends in its ``Start`` and its ``Test``/``Wait`` calls); the next start
-  posts one nonblocking allreduce of those times (their maximum over ranks), which that run's
-  completion waits for, and the request keeps the candidate if the median of its maxima is at
-  most :data:`CHECK_WIN` times native's, else the library's request. The verdict is kept for the
-  size class at the next init or decision of this collective (every rank makes those calls in
-  the same order, and applies the verdicts in the order they were posted), so later requests of
-  the class take it unchecked. By default only a choice that is not ``native`` is checked, so
-  it only ever moves a class to the library: on the 2-core VM (``benchmarks/auto/README.md``,
-  eighteenth run) Open MPI's 64 KiB persistent allgathers on the stencil and Moore
+  sends those times to every other rank on a tag of the request's own (their maximum over ranks:
+  MPI lets ranks start persistent requests in different orders, so not an allreduce, whose order
+  on the communicator would be the starts'), which that run's completion waits for, and the
+  request keeps the candidate if the median of its maxima is at most :data:`CHECK_WIN` times
+  native's, else the library's request. The verdict is kept for the size class at the first init
+  or decision of this collective after every rank posted it (every rank makes those calls in the
+  same order; one allreduce there agrees which verdicts every rank has posted, as a start need not
+  come on the same side of an init on every rank, and they are applied in the order the requests
+  were made), so later requests of the class take it unchecked. By default only a choice that is
+  not ``native`` is checked, so it only ever moves a class to the library: on the 2-core VM
+  (``benchmarks/auto/README.md``, eighteenth run) Open MPI's 64 KiB persistent allgathers on the stencil and Moore
   neighborhoods ran the model's `cartesian` at 1.25 and 1.60 x the library's call. The check
   replaced a trial at the init, on scratch copies of the buffers, started in a burst: in the
   bench's process it accepted `distance_halving` for Open MPI's 64 KiB persistent allgathers
@@ -240,7 +243,9 @@ class AutoDispatch:
         #: size class -> the online check of a persistent request of that class, applied:
         #: {candidate, candidate_seconds, native_seconds, winner}
         self.persistent_trials: dict = {}
-        self._verdicts: list = []  # persistent requests' checks posted, not applied yet (posting order)
+        #: the persistent requests' checks not applied yet, in the order the requests were made (the
+        #: same list on every rank: entries are added at inits and removed by an agreement)
+        self._checks: list = []
         self._library_only: set = set()  # forms every call sends straight to the library, for good
         self.by_weights = by_weights  # cdag_exact_byte_communications: local_class is the weights'
         #: form -> receive-array bytes under which a call goes to the library (see :meth:`_library_limit`);
@@ -342,25 +347,47 @@ class AutoDispatch:
             self._uniform_runs.pop(form, None)
 
     def apply_verdicts(self) -> None:
-        """Keep the verdict of every persistent request's online check posted so far, in the order
-        they were posted (waiting for each agreement). Called at calls every rank makes in the
-        same order (an init, a decision), after the starts that posted them, so every rank's tables
-        hold the same verdicts there, whichever requests each rank has waited for."""
-        for verdict in self._verdicts:
-            verdict.wait()
-            self.persistent_trials[verdict.size_class] = trial_record(verdict)
-        self._verdicts.clear()
+        """Keep the verdict of every persistent request's online check that every rank has posted,
+        in the order the requests were made (waiting for each agreement), and forget the checks
+        every rank's request left unfinished at its ``Free``. Called at calls every rank makes in the
+        same order (an init, a decision), so one allreduce of the checks' states makes every rank's
+        tables hold the same verdicts there: a start is local and need not come before or after an
+        init in the same order on every rank, so a rank's own posted verdicts cannot decide."""
+        checks = self._checks
+        if not checks:
+            return
+        states = numpy.array([check.state() for check in checks], dtype=float)
+        worst = numpy.empty(2 * len(checks))
+        self._comm_runtime.private.Allreduce(numpy.concatenate([states, -states]), worst, op=MPI.MAX)
+        highest, lowest = worst[:len(checks)], -worst[len(checks):]
+        pending = []
+        for check, high, low in zip(checks, highest, lowest):
+            if high != low:  # some rank's request is still in its check
+                pending.append(check)
+            elif high == PendingCheck.POSTED:
+                check.verdict.wait()
+                self.persistent_trials[check.size_class] = trial_record(check.verdict)
+        self._checks = pending
 
-    def _post_verdict(self, size_class: int, candidate: str, times: list) -> Verdict:
+    def _check(self, size_class: int, candidate: str) -> PendingCheck:
+        """The agreement slot of a persistent request checked against native (made at its init, on
+        every rank in the same order), with a persistent channel of its own for its verdict's messages."""
+        channels = self._comm_runtime.channels
+        check = PendingCheck(size_class, candidate, channels.take_persistent())
+        self._checks.append(check)
+        return check
+
+    def _post_verdict(self, check: PendingCheck, times: list) -> Verdict:
         """The agreement of a persistent request's check (its next start, on every rank)."""
-        verdict = Verdict(self._comm_runtime.private, times, CHECK_WIN, size_class, candidate)
-        self._verdicts.append(verdict)
-        return verdict
+        check.verdict = Verdict(self._comm_runtime.private, times, CHECK_WIN, check.size_class, check.candidate,
+                                check.tag)
+        return check.verdict
 
     def _trial(self, size_class: int):
         """The check of ``size_class``'s persistent requests this rank knows: the last one agreed
         (a verdict its request completed, not yet applied), else the one applied, else None."""
-        agreed = [v for v in self._verdicts if v.size_class == size_class and v.done]
+        agreed = [check.verdict for check in self._checks
+                  if check.size_class == size_class and check.verdict is not None and check.verdict.done]
         return trial_record(agreed[-1]) if agreed else self.persistent_trials.get(size_class)
 
     def _checked_native(self) -> list:
@@ -637,7 +664,7 @@ class AutoDispatch:
         """A persistent request of the chosen algorithm (protocol candidates are built for it); a
         :class:`~.online_check.CheckedRequest` where the choice, or with ``verify_choice`` the
         model's near miss, is checked against native in its first starts (see the module)."""
-        if self._verdicts:  # every rank makes its inits in the same order: the same verdicts here
+        if self._checks:  # every rank makes its inits in the same order: the same checks here
             self.decide()
         size_class = self._size_class(sendbuf, recvbuf)
         name = self.choose("persistent", size_class, persistent=True)
@@ -645,8 +672,16 @@ class AutoDispatch:
         if rival is None:
             return self._persistent_request(name, sendbuf, recvbuf, info)
         requests = [self._persistent_request(n, sendbuf, recvbuf, info) for n in (rival, model.NATIVE)]
-        return CheckedRequest(requests, partial(self._post_verdict, size_class, rival), CHECK_WARMUP,
-                              PERSISTENT_TRIALS)
+        check = self._check(size_class, rival)
+        channels = self._comm_runtime.channels
+
+        def freed():
+            check.freed = True
+            channels.release_persistent(check.tag)  # last: it may release the communicator
+        request = CheckedRequest(requests, partial(self._post_verdict, check), CHECK_WARMUP, PERSISTENT_TRIALS,
+                                 on_free=freed)
+        channels.hold_persistent(check.tag, request)
+        return request
 
     def _persistent_request(self, name: str, sendbuf, recvbuf, info):
         if name == model.NATIVE:
@@ -702,6 +737,27 @@ def check_record(candidate: str, candidate_seconds: float, native_seconds: float
     winner = candidate if choice_wins(candidate_seconds, native_seconds, win) else model.NATIVE
     return {"candidate": candidate, "candidate_seconds": candidate_seconds, "native_seconds": native_seconds,
             "winner": winner}
+
+
+class PendingCheck:
+    """A persistent request's online check as its dispatch sees it until the check is applied:
+    its size class, candidate, the tag of its verdict's messages, the verdict once posted, and
+    whether the request was freed."""
+
+    RUNNING, POSTED, FREED = 0.0, 1.0, 2.0
+
+    __slots__ = ("size_class", "candidate", "tag", "verdict", "freed")
+
+    def __init__(self, size_class: int, candidate: str, tag: int):
+        self.size_class, self.candidate, self.tag = size_class, candidate, tag
+        self.verdict = None
+        self.freed = False
+
+    def state(self) -> float:
+        """POSTED once its verdict was posted here, else FREED once its request was freed, else RUNNING."""
+        if self.verdict is not None:
+            return self.POSTED
+        return self.FREED if self.freed else self.RUNNING
 
 
 def trial_record(verdict: Verdict) -> dict:

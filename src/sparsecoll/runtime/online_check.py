@@ -11,14 +11,18 @@ user's conditions: their other calls, caches and buffers between them. (The tria
 on scratch buffers in a burst, favoured ``distance_halving`` by 5-15 % on the 2-core VM in the
 bench's process: ``benchmarks/auto/README.md``, twentieth stop.)
 
-The agreement: the next ``Start`` (every rank makes it, the n-th start of a persistent
-collective on every rank) posts one nonblocking ``MPI.MAX`` allreduce of the timed runs, and
-that run, the library's, completes only with it; the standard lets any completion of a
-collective wait for every rank to have started it. From the run after, the request is the
-winner's alone: the choice if the median of its slowest-rank times is at most ``win`` times the
-library's, else the library's. Every rank holds the same maxima, so every rank keeps the same.
-The dispatch applies verdicts to its tables in the order they were posted, at calls every rank
-makes in the same order (:meth:`.auto.AutoDispatch.apply_verdicts`).
+The agreement: the next ``Start`` (every rank makes it, the n-th start of this request on every
+rank) sends the timed runs to every other rank and receives theirs, on a tag of the request's
+own (a persistent channel taken at its init), and that run, the library's, completes only with
+them; the standard lets any completion of a collective wait for every rank to have started it.
+Not a nonblocking allreduce: MPI lets ranks start persistent requests in different orders
+(MPI-4.1 section 7.4.4), and two requests' allreduces posted in different orders on one
+communicator matched each other, so the ranks agreed on different times and kept different
+winners (a hang at the next start). From the run after, the request is the winner's alone: the
+choice if the median of its slowest-rank times is at most ``win`` times the library's, else the
+library's. Every rank holds the same maxima, so every rank keeps the same. The dispatch applies
+verdicts to its tables once every rank has posted them (one allreduce at calls every rank makes
+in the same order: :meth:`.auto.AutoDispatch.apply_verdicts`), in the order the requests were made.
 """
 
 from __future__ import annotations
@@ -34,28 +38,39 @@ CHOICE, LIBRARY = 0, 1
 
 
 class Verdict:
-    """The agreement on one online check: the slowest rank's time of each timed run, by one
-    nonblocking allreduce posted when it is made (collective: every rank makes it at the same
-    start); ``choice_wins()`` once complete (:meth:`test`, :meth:`wait`)."""
+    """The agreement on one online check: the slowest rank's time of each timed run, from this
+    rank's times sent to every other rank and theirs received, posted when it is made (every rank
+    makes it at the same start of the same request) on ``tag``, which no other message of ``comm``
+    uses while it runs; ``choice_wins()`` once complete (:meth:`test`, :meth:`wait`)."""
 
-    def __init__(self, comm, times: list, win: float, size_class: int, candidate: str):
+    def __init__(self, comm, times: list, win: float, size_class: int, candidate: str, tag: int = 0):
         self.size_class, self.candidate, self.win = size_class, candidate, win
         self._local = numpy.array(times, dtype=float)
+        rank, size = comm.Get_rank(), comm.Get_size()
+        self._rows = numpy.empty((size, self._local.size))
+        self._rows[rank] = self._local
+        peers = [peer for peer in range(size) if peer != rank]
+        self._requests = ([comm.Irecv(self._rows[peer], peer, tag) for peer in peers]
+                          + [comm.Isend(self._local, peer, tag) for peer in peers])
         self.worst = numpy.empty_like(self._local)
-        self._request = comm.Iallreduce(self._local, self.worst, op=MPI.MAX)
         self.done = False
 
     def test(self) -> bool:
         """Whether the agreement is complete (local)."""
-        if not self.done:
-            self.done = self._request.Test()
+        if not self.done and MPI.Request.Testall(self._requests):
+            self._finish()
         return self.done
 
     def wait(self) -> None:
         """Complete the agreement (waits for every rank to have made it)."""
         if not self.done:
-            self._request.Wait()
-            self.done = True
+            MPI.Request.Waitall(self._requests)
+            self._finish()
+
+    def _finish(self) -> None:
+        self.worst[:] = self._rows.max(axis=0)
+        self._requests = []
+        self.done = True
 
     def medians(self) -> tuple:
         """``(choice, library)``: the medians over the timed pairs of the slowest rank's seconds."""
@@ -80,11 +95,12 @@ class CheckedRequest(RequestProtocol):
     ``requests``: ``(choice, library)``, both persistent requests on the user's buffers;
     ``post(times)`` makes the :class:`Verdict` of the timed runs (``times``: this rank's, the
     choice's and the library's alternately), ``warmup_pairs`` pairs of runs before the timed
-    ``timed_pairs`` are not timed."""
+    ``timed_pairs`` are not timed; ``on_free()``, if given, is called once the request is freed."""
 
-    def __init__(self, requests, post, warmup_pairs: int, timed_pairs: int):
+    def __init__(self, requests, post, warmup_pairs: int, timed_pairs: int, on_free=None):
         self._requests = list(requests)
         self._post = post
+        self._on_free = on_free  # called once the request is freed
         self._warmup_runs = 2 * warmup_pairs
         self._checked_runs = 2 * (warmup_pairs + timed_pairs)
         self._starts = 0
@@ -180,6 +196,8 @@ class CheckedRequest(RequestProtocol):
             request.Free()
         self._requests = []
         self._is_freed = True
+        if self._on_free is not None:
+            self._on_free()
 
     @property
     def freed(self) -> bool:
