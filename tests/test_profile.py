@@ -600,3 +600,36 @@ def test_a_profile_levels_are_self_then_the_placement_pair_classes():
     from sparsecoll.model.profile import LEVELS
     from sparsecoll.topology.placement import PAIR_CLASSES
     assert LEVELS == ("self",) + PAIR_CLASSES
+
+
+@pytest.mark.parametrize("text", ['{"format": 1, "loads": [' + "1" * 5000 + "]}",  # past Python's int digit limit
+                                  "[" * 100000 + "]" * 100000])  # nesting past the recursion limit
+def test_json_that_python_cannot_parse_is_a_profile_error_naming_the_file(tmp_path, text):
+    """json raises a plain ValueError or RecursionError for these, which wrap does not catch as a
+    profile's fault: the rank whose file it was raised alone and the others waited in wrap's
+    agreement for good. A ProfileError makes every rank raise."""
+    path = tmp_path / "odd.json"
+    path.write_text(text)
+    with pytest.raises(ProfileError, match="not JSON") as caught:
+        Profile.load(path)
+    assert str(path) in str(caught.value)
+    with pytest.raises(ProfileError, match="profile"):
+        resolve("bad\x00name.json")  # open() raises ValueError for a NUL
+
+
+@pytest.mark.parametrize("made, key", [
+    (lambda: Profile(loads=()), "loads"),
+    (lambda: Profile(loads=(1,)), "loads"),
+    (lambda: Profile(BUILTIN.loads, mpi_library=5), "mpi_library"),
+    (lambda: Profile((replace(BUILTIN.loads[0], sparsecoll_per_step=float("nan")),)), "loads[0].sparsecoll.per_step"),
+    (lambda: Profile((replace(BUILTIN.loads[0], ranks_per_core=0.0),)), "loads[0].ranks_per_core"),
+])
+def test_a_profile_object_is_checked_as_a_file_is(made, key):
+    """wrap(comm, profile=Profile(...)) took the object unchecked: empty loads raised 'min() arg is
+    an empty sequence' at the first call (on one rank alone where only its profile was bad, the
+    others waiting), a NaN cost decided silently."""
+    with pytest.raises(ProfileError) as caught:
+        resolve(made())
+    assert repr(key) in str(caught.value)
+    explicit = Profile(BUILTIN.loads, source="explicit")
+    assert resolve(explicit) is explicit

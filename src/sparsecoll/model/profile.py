@@ -224,10 +224,17 @@ class Profile:
         path = os.fspath(path)
         try:
             with open(path) as f:
-                data = json.load(f)
+                text = f.read()
         except OSError as error:
             raise ProfileError(f"{path}: cannot read the profile: {error.strerror}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        except UnicodeDecodeError as error:
+            raise ProfileError(f"{path}: not JSON: {error}") from None
+        except ValueError as error:  # a NUL in the path
+            raise ProfileError(f"{path!r}: cannot read the profile: {error}") from None
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as error:  # JSONDecodeError, an int past Python's digit
+            # limit, nesting too deep: a ProfileError, which wrap makes every rank raise
             raise ProfileError(f"{path}: not JSON: {error}") from None
         return cls.from_json(data, path)
 
@@ -392,6 +399,20 @@ def default_path(host: str | None = None, library: str | None = None) -> str:
     return os.path.join(platformdirs.user_cache_dir("sparsecoll"), "profiles", f"{slug}.json")
 
 
+def checked(profile: Profile) -> Profile:
+    """``profile`` (a :class:`Profile` made in a program, not read from a file) if its values pass
+    the checks a file's do, else :class:`ProfileError` naming the key (the profile is returned as
+    it is: the check reads a copy)."""
+    where = profile.path or "profile"
+    try:
+        data = profile.to_json()
+    except (AttributeError, TypeError, ValueError) as error:  # loads that are not Load objects
+        raise ProfileError(f"{where}: key 'loads': expected a tuple of Load, got {profile.loads!r:.80} "
+                           f"({error})") from None
+    Profile.from_json(data, where)
+    return profile
+
+
 def check_library(profile: Profile, library: str | None = None) -> Profile:
     """Raise :class:`ProfileError` if ``profile`` was measured with another MPI library."""
     library = library or library_name()
@@ -412,7 +433,7 @@ def resolve(profile=None) -> Profile:
     """The profile in force: ``profile`` (a :class:`Profile`, a path or ``"builtin"``), else ``$SPARSECOLL_PROFILE``
     (a path or ``builtin``), else this host's calibrated file, else :data:`BUILTIN`."""
     if isinstance(profile, Profile):
-        return check_library(profile)
+        return check_library(checked(profile))
     if profile == "builtin":
         return BUILTIN
     if profile is not None:
