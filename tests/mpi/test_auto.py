@@ -965,6 +965,29 @@ def test_a_profile_one_rank_cannot_use_stops_every_rank_at_wrap(how, monkeypatch
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm", ["auto", "node_aware"])
+@pytest.mark.parametrize("value", ["1x1", "garbage"])
+def test_a_placement_override_on_one_rank_raises_on_every_rank(monkeypatch, algorithm, value):
+    """auto's cost model and node_aware's build resolve the placement: with ``SPARSECOLL_PLACEMENT``
+    set on rank 0 alone, rank 0 took it (or raised on a bad one, node_aware already at wrap) while
+    the others detected the placement in collectives rank 0 never entered, and waited for good."""
+    if SIZE < 2:
+        pytest.skip("needs two ranks")
+    if RANK == 0:
+        monkeypatch.setenv("SPARSECOLL_PLACEMENT", value)
+    else:
+        monkeypatch.delenv("SPARSECOLL_PLACEMENT", raising=False)
+    cart = WORLD.Create_cart([SIZE], periods=[True])
+    try:
+        comm = sparsecoll.wrap(cart, algorithm)
+        send, recv = numpy.arange(2, dtype="i4"), numpy.empty(2, dtype="i4")
+        with pytest.raises(ValueError, match="SPARSECOLL_PLACEMENT"):
+            comm.Neighbor_allgather(send[:1], recv)
+    finally:
+        cart.Free()
+
+
+@pytest.mark.timeout(60)
 def test_a_nonblocking_call_makes_no_collective_set_up():
     """MPI's nonblocking calls are local: rank 1 enters ``Ineighbor_alltoall`` only after a message
     rank 0 sends once its own call returned. A profile (the same on every rank) makes the

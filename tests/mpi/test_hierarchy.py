@@ -66,6 +66,24 @@ def test_placement_override(monkeypatch):
         layout.free()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("value", ["1x1", "garbage"])
+def test_a_placement_override_on_one_rank_raises_on_every_rank(monkeypatch, value):
+    """``SPARSECOLL_PLACEMENT`` is each process's own: rank 0 alone split by it (or raised on a bad
+    one) while the others detected the nodes in collectives rank 0 never entered, and waited for
+    good. Now every rank raises ValueError naming the variable."""
+    if SIZE < 2:
+        pytest.skip("needs two ranks")
+    if RANK == 0:
+        monkeypatch.setenv("SPARSECOLL_PLACEMENT", value)
+    else:
+        monkeypatch.delenv("SPARSECOLL_PLACEMENT", raising=False)
+    with pytest.raises(ValueError, match="SPARSECOLL_PLACEMENT"):
+        NodeLayout.create(WORLD)
+    monkeypatch.delenv("SPARSECOLL_PLACEMENT", raising=False)
+    NodeLayout.create(WORLD).free()  # every rank again in step
+
+
 def test_bad_ranks_per_node():
     with pytest.raises(ValueError, match="ranks_per_node"):
         NodeLayout.create(WORLD, ranks_per_node=0)

@@ -73,7 +73,7 @@ from mpi4py import MPI
 
 from ..pattern import ALLGATHER, Message, Pattern, Step, gather_item
 from ..topology import PROC_NULL, Topology
-from ..topology.placement import override as placement_override
+from ..topology.placement import check_options as check_placement_options
 from ..topology.placement import resolve as resolve_placement
 from .base import Algorithm
 from .protocol import ProtocolChannel, protocol_communicator
@@ -401,7 +401,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
 
 def check_options(options: dict, size: int) -> dict:
     """Registry hook: the placement options must fit a communicator of ``size`` ranks."""
-    placement_override(size, options.get("ranks_per_socket"), options.get("sockets_per_node"))
+    check_placement_options(size, options.get("ranks_per_socket"), options.get("sockets_per_node"))
     return options
 
 

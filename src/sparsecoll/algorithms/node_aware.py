@@ -63,7 +63,7 @@ from collections import defaultdict
 
 from ..pattern import ALLGATHER, Message, Pattern, Step, gather_item
 from ..topology import PROC_NULL, Topology
-from ..topology.placement import override as placement_override
+from ..topology.placement import check_options as check_placement_options
 from ..topology.placement import resolve as resolve_placement
 from .base import Algorithm
 from .direct import direct_pattern
@@ -232,7 +232,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
 
 def check_options(options: dict, size: int) -> dict:
     """Registry hook: the placement options must fit ``size`` ranks; ``inter`` must be a known schedule."""
-    placement_override(size, options.get("ranks_per_socket"), options.get("sockets_per_node"))
+    check_placement_options(size, options.get("ranks_per_socket"), options.get("sockets_per_node"))
     inter = options.get("inter", "direct")
     if inter not in INTER_SCHEDULES:
         raise ValueError(f"inter: expected one of {list(INTER_SCHEDULES)}, got {inter!r} (scheduling the "

@@ -69,7 +69,7 @@ class NodeLayout:
             per_node = positive_integer(ranks_per_node, "ranks_per_node")
             source = f"option ranks_per_node={per_node}"
         else:
-            forced = placement_module.override(size)
+            forced = placement_module.agreed_override(comm)  # each rank's environment: compared
             per_node = None
             if forced is not None:
                 per_node = forced.placement.L * forced.placement.S

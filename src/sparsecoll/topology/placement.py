@@ -16,16 +16,20 @@ Detection (collective over the communicator):
   and the Open MPI 5.0 wheel returns one-rank communicators for "NUMANode" and "Socket"
   when two ranks share the only package, so neither answer can be trusted.
 
-Overrides (no communication), strongest first: the options ``ranks_per_socket`` and
+Overrides, strongest first: the options ``ranks_per_socket`` and
 ``sockets_per_node``; the environment variable ``SPARSECOLL_PLACEMENT=LxS`` (``L`` ranks
 per socket, ``S`` sockets per node, ranks placed in order as in
 :class:`sparsecoll.model.params.Placement`). A communicator that cannot be split (the
-simulator's virtual ranks) and has no override counts as one socket.
+simulator's virtual ranks) and has no override counts as one socket. The environment is each
+process's own, so :func:`resolve` on an MPI communicator compares the ranks' overrides (one
+allgather): ranks that read different ones, or a bad one, raise ValueError on every rank (one
+rank set alone skipped the detection's collectives the others then waited in for good).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,7 +249,42 @@ def detect(comm) -> PlacementInfo:
     return from_keys(comm.allgather((node, socket)))
 
 
+def agreed_override(comm, ranks_per_socket=None, sockets_per_node=None) -> PlacementInfo | None:
+    """:func:`override` for ``comm``, the same on every rank: collective where ``comm`` is an MPI
+    communicator (one allgather, the library's on a wrapper too), where each rank reads its own
+    ``SPARSECOLL_PLACEMENT``; ValueError on every rank where some rank's is bad (that rank's own
+    error there) or the ranks' differ."""
+    try:
+        forced, error = override(comm.Get_size(), ranks_per_socket, sockets_per_node), None
+    except (ValueError, TypeError) as exc:
+        forced, error = None, exc
+    MPI = sys.modules.get("mpi4py.MPI")  # not imported: comm is not an MPI communicator
+    if MPI is None or not isinstance(comm, MPI.Comm):  # the simulator's virtual ranks share one environment
+        if error is not None:
+            raise error
+        return forced
+    mine = None if forced is None else (forced.placement.L, forced.placement.S)
+    every = MPI.Comm.allgather(comm, (mine, error is not None))
+    if error is not None:
+        raise error
+    if any(failed for _, failed in every):
+        raise ValueError(f"{ENVIRONMENT}: another rank's value is bad (its error names it); the placement "
+                         f"decides the messages, so no rank runs")
+    if len({placement for placement, _ in every}) > 1:
+        seen = sorted({"unset" if p is None else f"{p[0]}x{p[1]}" for p, _ in every})
+        raise ValueError(f"{ENVIRONMENT}: the ranks read different placements ({', '.join(seen)}); set it alike "
+                         f"on every rank (or on none)")
+    return forced
+
+
 def resolve(comm, ranks_per_socket=None, sockets_per_node=None) -> PlacementInfo:
-    """The override if one is given (no communication), else :func:`detect` (collective)."""
-    forced = override(comm.Get_size(), ranks_per_socket, sockets_per_node)
+    """The override if one is given, else :func:`detect` (collective either way: :func:`agreed_override`)."""
+    forced = agreed_override(comm, ranks_per_socket, sockets_per_node)
     return forced if forced is not None else detect(comm)
+
+
+def check_options(size: int, ranks_per_socket=None, sockets_per_node=None) -> None:
+    """Check the placement options against ``size`` ranks where given (no communication; the
+    environment's override is checked where the placement is resolved, on every rank alike)."""
+    if ranks_per_socket is not None or sockets_per_node is not None:
+        override(size, ranks_per_socket, sockets_per_node)
