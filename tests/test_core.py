@@ -481,3 +481,24 @@ def test_the_wrapper_classes_keep_every_mpi4py_name_they_redefine_of_the_same_ki
                     continue
                 theirs = inspect.getattr_static(library, name)
                 assert callable(ours) and callable(theirs), (cls.__name__, name)
+
+
+def test_wrap_checks_its_topology_argument_before_the_handle_keeps_it():
+    """``wrap(comm, topology=5)`` raised AttributeError ('int' object has no attribute 'indegree')
+    from inside the handle's runtime, which kept the bad topology: every later wrap of that
+    communicator raised the same. Now a TypeError (or a ValueError for another rank's Topology)
+    names the argument, and the handle wraps as before."""
+    import sparsecoll
+    graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0], [0])
+    try:
+        with pytest.raises(TypeError, match="topology"):
+            sparsecoll.wrap(graph, "direct", topology=5)
+        other = graph_topology(1, 2, [0], [0])
+        with pytest.raises(ValueError, match="topology: is rank 1 of 2"):
+            sparsecoll.wrap(graph, "direct", topology=other)
+        comm = sparsecoll.wrap(graph, "direct")
+        send, recv = numpy.arange(2, dtype="i4"), numpy.empty(2, dtype="i4")
+        comm.Neighbor_alltoall(send, recv)
+        assert recv.tolist() == send.tolist()
+    finally:
+        graph.Free()

@@ -971,6 +971,12 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
                         f"Graphcomm or Distgraphcomm), got {type(comm).__name__}")
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
+    if topology is not None:  # before the runtime keeps it for the handle
+        if not isinstance(topology, Topology):
+            raise TypeError(f"topology: expected a sparsecoll Topology or None, got {type(topology).__name__}")
+        if (topology.rank, topology.size) != (comm.Get_rank(), comm.Get_size()):
+            raise ValueError(f"topology: is rank {topology.rank} of {topology.size}, the communicator's "
+                             f"rank {comm.Get_rank()} of {comm.Get_size()}")
     _check_hierarchy_options(hierarchy_options)
     grid_option = options.pop(cartesian_topology.GRID_OPTION, None)  # the handle's, for every algorithm
     if global_collectives not in GLOBAL_COLLECTIVE_CHOICES:
