@@ -102,6 +102,8 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["bench", "--np", "2", "--topology", "hotspot:root=5"], "root"),
     (["bench", "--topology", "random:density=0.5,seed=-1"], "topology"), (["bench", "--seed=-2"], "--seed"),
     (["bench", "--algorithms", "loggp_tree+loggp=missing.json"], "loggp"),
+    (["bench", "--algorithms", "direct,native,direct"], "--algorithms"),
+    (["bench", "--algorithms", ","], "--algorithms"), (["bench", "--algorithms", ""], "--algorithms"),
     (["bench", "--executors", "rma+rtr_tree=0"], "--executors"),
     (["bench", "--executors", "steps+foo=1"], "--executors"),
     (["calibrate", "--out", "/proc/profile.json"], "--out"), (["bench", "--out", "/proc/bench"], "--out"),

@@ -127,8 +127,14 @@ def _check_algorithms(args) -> None:
             except ValueError as exc:
                 raise ValueError(f"--executors: expected a comma list of {', '.join(executor_names())} "
                                  f"(each NAME[+OPTION=VALUE]...), got {args.executors!r} ({exc})") from None
-        for text in (args.algorithms or "").split(","):
-            if text.strip():
+        if args.algorithms is not None:
+            texts = [text.strip() for text in args.algorithms.split(",") if text.strip()]
+            if not texts:
+                raise ValueError(f"--algorithms: expected a comma list of algorithms, got {args.algorithms!r}")
+            repeated = sorted({text for text in texts if texts.count(text) > 1})
+            if repeated:  # the columns are named by their text (the ranks raised this after the launch)
+                raise ValueError(f"--algorithms: each column once, got {repeated} more than once")
+            for text in texts:
                 name, options = parse_variant(text)
                 check_options(name, with_loggp_file(options), args.np or DEFAULT_RANKS)
     except (ValueError, TypeError) as exc:
