@@ -490,3 +490,14 @@ def test_the_library_shortcut_sends_only_arrays_under_its_limit_to_the_library(r
     send = numpy.ones(8, dtype="u1")
     shortcut(send, recv)
     assert len(ran) == 1 and ran[0][0] == expected and ran[0][1] is send and ran[0][2] is recv
+
+
+@pytest.mark.parametrize("text", ["abc", "nan", "inf", "-1", "-0.5", "0"])
+def test_a_bad_progress_interval_is_a_value_error_naming_the_variable(text):
+    """``float()`` raised an unnamed ValueError at ``import sparsecoll`` for text, and took ``nan``,
+    ``inf`` and ``-1`` (the thread never stepped in: a wait of -1 is forever, nan compares false)
+    and other negative values (the thread spun without sleeping)."""
+    from sparsecoll.runtime.progress import interval_setting
+    with pytest.raises(ValueError, match="SPARSECOLL_PROGRESS_INTERVAL"):
+        interval_setting(text)
+    assert interval_setting(None) == interval_setting(" ") == 0.002 and interval_setting("0.01") == 0.01

@@ -50,6 +50,7 @@ under the lock and yields without it (:func:`other_threads_may_call_in`).
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import threading
 import time
@@ -104,8 +105,24 @@ def single_stage(stages):
     return None
 
 
+def interval_setting(text: str | None, default: float = 0.002) -> float:
+    """``SPARSECOLL_PROGRESS_INTERVAL``'s seconds (``default`` where unset): a finite positive number,
+    else ValueError naming the variable. (``float()`` alone raised an unnamed ValueError at
+    ``import sparsecoll`` for text, and took ``nan``, ``inf`` and ``-1``, under which the thread
+    never stepped in, and other negative values, under which it spun without sleeping.)"""
+    if text is None or not text.strip():
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"SPARSECOLL_PROGRESS_INTERVAL: expected a positive number of seconds, got {text!r}")
+    return seconds
+
+
 #: Seconds without progress driven by a sparsecoll call after which the progress thread steps in.
-PROGRESS_INTERVAL = float(os.environ.get("SPARSECOLL_PROGRESS_INTERVAL", "0.002"))
+PROGRESS_INTERVAL = interval_setting(os.environ.get("SPARSECOLL_PROGRESS_INTERVAL"))
 #: The longest the thread waits between looks while the rank's own calls drive progress.
 PROGRESS_INTERVAL_MAX = max(PROGRESS_INTERVAL, 0.008)
 
