@@ -119,7 +119,9 @@ def sparse_alltoall(size: int, p: float, seed: int = 0) -> Adjacency:
 
 def stencil_offsets(d: int, n: int, f: int = -1) -> list:
     """All ``d``-vectors with coordinates in ``f .. f+n-1``, minus the zero vector, lexicographic
-    (the neighborhoods of Träff and Hunold, ICPP 2019)."""
+    (the neighborhoods of Träff and Hunold, ICPP 2019). ``d`` and ``n`` are positive (ValueError naming
+    them: ``d=-1`` raised itertools' 'repeat argument cannot be negative', ``n=0`` made no neighbors)."""
+    d, n = positive_integer(d, "d"), positive_integer(n, "n")
     return [v for v in itertools.product(range(f, f + n), repeat=d) if any(v)]
 
 
