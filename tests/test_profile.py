@@ -111,6 +111,20 @@ def test_one_combined_or_byte_factor_stands_for_both_families(tmp_path):
     (lambda d: d["loads"][0].__setitem__("ranks_per_node", 10 ** 400), "loads[0].ranks_per_node"),
     (lambda d: d["loads"][0]["native"]["per_call"].__setitem__("blocking", 10 ** 400),
      "loads[0].native.per_call.blocking"),
+    # a misspelt optional key would leave its default (0) in force silently
+    (lambda d: d["loads"][1]["levels"]["socket"].__setitem__("rendevous", 9e-6), "loads[1].levels.socket.rendevous"),
+    (lambda d: d["loads"][0]["native"].__setitem__("shortcuts", 1e-6), "loads[0].native.shortcuts"),
+    (lambda d: d["loads"][0]["sparsecoll"].__setitem__("bytes_factor", 2.0), "loads[0].sparsecoll.bytes_factor"),
+    (lambda d: d["loads"][0]["sparsecoll"]["combined_factor"].__setitem__("allgatherv", 2.0),
+     "loads[0].sparsecoll.combined_factor.allgatherv"),
+    (lambda d: d["loads"][0]["sparsecoll"]["per_call"].__setitem__("nonblocking_", 1e-6),
+     "loads[0].sparsecoll.per_call.nonblocking_"),
+    (lambda d: d["loads"][0]["levels"].__setitem__("numa", d["loads"][0]["levels"]["node"]), "loads[0].levels.numa"),
+    (lambda d: d["loads"][0]["rma"].__setitem__("per_byte", 1e-9), "loads[0].rma.per_byte"),
+    (lambda d: d["loads"][0].__setitem__("ranks_per_nodes", 8), "loads[0].ranks_per_nodes"),
+    (lambda d: d.__setitem__("mpi_libary", "MPICH 5.0"), "mpi_libary"),
+    # two loads measured alike: the nearest-load rule would take the first silently
+    (lambda d: d["loads"].append(dict(d["loads"][0])), "loads[2]"),
 ])
 def test_bad_profiles_name_the_file_and_the_key(tmp_path, edit, key):
     data = builtin_json()

@@ -78,6 +78,10 @@ LEVEL_FIELDS = ("alpha", "beta", "overhead")
 #: Level fields a profile may leave out (profiles written before they were measured), and their default.
 OPTIONAL_LEVEL_FIELDS = {"rendezvous": 0.0, "rendezvous_step": 0.0}
 FORMS = ("blocking", "nonblocking", "persistent")
+#: The keys of one entry of a profile's ``loads`` (``rma`` and ``ranks_per_node`` optional).
+LOAD_KEYS = ("ranks_per_core", "levels", "sparsecoll", "native", "rma", "ranks_per_node")
+#: The keys of a profile file (``host`` and ``source`` optional).
+PROFILE_KEYS = ("format", "mpi_library", "host", "source", "loads")
 
 
 #: The largest size of any value a profile holds: far above any time in seconds, per byte, factor
@@ -212,11 +216,18 @@ class Profile:
                 raise ProfileError(f"{path}: key {key!r}: expected a string or null, got {data[key]!r}")
         if not isinstance(data.get("source", ""), str):
             raise ProfileError(f"{path}: key 'source': expected a string, got {data['source']!r}")
+        reader.known(data, PROFILE_KEYS, "")
         loads = reader.field(data, "loads", "")
         if not isinstance(loads, list) or not loads:
             raise ProfileError(f"{path}: key 'loads': expected a non-empty list")
-        return cls(tuple(reader.load(entry, f"loads[{i}]") for i, entry in enumerate(loads)),
-                   data.get("mpi_library"), data.get("host"), data.get("source", ""), path)
+        checked = tuple(reader.load(entry, f"loads[{i}]") for i, entry in enumerate(loads))
+        measured_at: dict = {}
+        for i, load in enumerate(checked):  # load_for would take the first of two silently
+            first = measured_at.setdefault((load.ranks_per_core, load.ranks_per_node), i)
+            if first != i:
+                reader.fail(f"loads[{i}]", f"the same ranks_per_core and ranks_per_node as loads[{first}] "
+                                           f"({load.describe()}); keep one")
+        return cls(checked, data.get("mpi_library"), data.get("host"), data.get("source", ""), path)
 
     @classmethod
     def load(cls, path) -> Profile:
@@ -257,6 +268,13 @@ class FileReader:
             self.fail(key or "<top>", f"expected an object, got {type(value).__name__}")
         return value
 
+    def known(self, data: dict, names, prefix: str) -> None:
+        """The error for the first key of ``data`` not in ``names`` (a misspelt optional key would
+        otherwise count as left out, and its default would stand in silently)."""
+        for name in data:
+            if name not in names:
+                self.fail(f"{prefix}.{name}" if prefix else name, f"unknown key (expected one of {', '.join(names)})")
+
     def field(self, data: dict, name: str, prefix: str):
         """``data[name]``, else the error naming ``prefix.name`` as missing."""
         key = f"{prefix}.{name}" if prefix else name
@@ -279,6 +297,7 @@ class FileReader:
     def family_factor(self, data: dict, name: str, prefix: str):
         """``data[name]``, optional (1): one :meth:`factor` for both families, or one per family."""
         if isinstance(data.get(name), dict):
+            self.known(data[name], FAMILIES, f"{prefix}.{name}")
             return {family: self.factor(data[name], family, f"{prefix}.{name}") for family in FAMILIES}
         return self.factor(data, name, prefix) if name in data else 1.0  # Load spreads one number
 
@@ -292,20 +311,26 @@ class FileReader:
     def per_form(self, data: dict, prefix: str) -> dict:
         """The ``per_call`` table of ``data``: a number per call form."""
         table = self.mapping(self.field(data, "per_call", prefix), f"{prefix}.per_call")
+        self.known(table, FORMS, f"{prefix}.per_call")
         return {form: self.number(table, form, f"{prefix}.per_call") for form in FORMS}
 
     def load(self, entry, key: str) -> Load:
         """One load's entry of a profile, checked, as a :class:`Load`."""
         entry = self.mapping(entry, key)
+        self.known(entry, LOAD_KEYS, key)
         levels = self.mapping(self.field(entry, "levels", key), f"{key}.levels")
+        self.known(levels, LEVELS, f"{key}.levels")
         checked = {}
         for level in LEVELS:
             values = self.mapping(self.field(levels, level, f"{key}.levels"), f"{key}.levels.{level}")
+            self.known(values, LEVEL_FIELDS + tuple(OPTIONAL_LEVEL_FIELDS), f"{key}.levels.{level}")
             checked[level] = {name: self.number(values, name, f"{key}.levels.{level}") for name in LEVEL_FIELDS}
             checked[level].update({name: self.number(values, name, f"{key}.levels.{level}")
                                    for name in OPTIONAL_LEVEL_FIELDS if name in values})  # Load fills the rest
         ours = self.mapping(self.field(entry, "sparsecoll", key), f"{key}.sparsecoll")
         library = self.mapping(self.field(entry, "native", key), f"{key}.native")
+        self.known(ours, ("per_call", "per_step", "combined_factor", "byte_factor"), f"{key}.sparsecoll")
+        self.known(library, ("per_call", "shortcut"), f"{key}.native")
         ranks_per_core = self.number(entry, "ranks_per_core", key)
         if ranks_per_core == 0:
             self.fail(f"{key}.ranks_per_core", "expected a positive number")
@@ -314,6 +339,7 @@ class FileReader:
         rma = None
         if "rma" in entry:
             values = self.mapping(entry["rma"], f"{key}.rma")
+            self.known(values, ("per_message", "byte_factor"), f"{key}.rma")
             rma = {"per_message": self.number(values, "per_message", f"{key}.rma", signed=True),
                    "byte_factor": self.number(values, "byte_factor", f"{key}.rma")}
             if rma["byte_factor"] == 0:
