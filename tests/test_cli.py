@@ -87,7 +87,9 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
 
 @pytest.mark.parametrize("argv, named", [
     (["bench", "--np", "0"], "--np"), (["bench", "--reps", "0"], "--reps"), (["bench", "--sizes", "abc"], "--sizes"),
-    (["bench", "--sizes=-8"], "--sizes"), (["demo", "--np", "-1"], "--np"), (["demo", "--reps", "0"], "--reps"),
+    (["bench", "--sizes=-8"], "--sizes"),
+    (["bench", "--sizes", "8,,16"], "--sizes"), (["bench", "--sizes", str(2 ** 31)], "--sizes"),
+    (["demo", "--np", "-1"], "--np"), (["demo", "--reps", "0"], "--reps"),
     (["simulate", "--ranks", "0"], "--ranks"), (["simulate", "--sizes", "abc"], "--sizes"),
     (["simulate", "--sizes=-4"], "--sizes"), (["simulate", "--placement", "abc"], "placement"),
     (["simulate", "--algorithms", "auto"], "--algorithms"), (["calibrate", "--sizes", "abc"], "--sizes"),

@@ -94,11 +94,9 @@ def run(args) -> int:
     except (ValueError, OSError) as exc:
         raise SystemExit(f"bench: {exc}") from None
     try:
-        sizes = [int(s) for s in args.sizes.split(",") if s]
-    except ValueError:
-        raise SystemExit(f"bench: --sizes: expected comma-separated byte counts, got {args.sizes!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise SystemExit(f"bench: --sizes: expected positive byte counts, got {args.sizes!r}")
+        block_sizes(args.sizes)
+    except ValueError as exc:
+        raise SystemExit(f"bench: {exc}") from None
     _check_algorithms(args)
     if not inside_mpi_launch():
         return relaunch(args.np or DEFAULT_RANKS, ["bench", *_forwarded(args)])
@@ -107,6 +105,22 @@ def run(args) -> int:
 
 def _executors(args) -> list:
     return [e.strip() for e in args.executors.split(",") if e.strip()]
+
+
+#: The largest block --sizes takes: an MPI count of bytes is a C int.
+LARGEST_BLOCK = 2 ** 31 - 1
+
+
+def block_sizes(text: str) -> list:
+    """``--sizes``' byte counts, each in ``1..LARGEST_BLOCK`` (ValueError naming the option: an empty
+    entry was skipped, and a size past numpy's limit failed on every rank after the launch)."""
+    try:
+        sizes = [int(entry) for entry in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--sizes: expected comma-separated byte counts, got {text!r}") from None
+    if not all(1 <= size <= LARGEST_BLOCK for size in sizes):
+        raise ValueError(f"--sizes: expected byte counts from 1 to {LARGEST_BLOCK}, got {text!r}")
+    return sizes
 
 
 def _check_algorithms(args) -> None:
@@ -197,7 +211,7 @@ def _measure(args) -> int:
     root = world.Get_rank() == 0
     allocator = fix_malloc_threshold()  # before any buffer exists (sparsecoll.tools.fair_timing)
     cores = node_cores(world)  # collective
-    sizes = [int(s) for s in args.sizes.split(",") if s]
+    sizes = block_sizes(args.sizes)
     collectives = args.collective or DEFAULT_COLLECTIVES
     wanted = [a.strip() for a in args.algorithms.split(",") if a.strip()] if args.algorithms else None
     started = time.time()
