@@ -613,16 +613,22 @@ def test_nonblocking_calls_return_before_the_peers_start_theirs(algorithm, calls
 
 
 @pytest.mark.timeout(60)  # without the fix: rank 0's call waited in the size-pass allreduce for rank 1's
-@pytest.mark.parametrize("algorithm", ["common_neighbor", "distance_halving"])
-def test_after_pattern_a_first_nonblocking_call_is_local(algorithm):
-    """The README's way to keep a protocol algorithm's first nonblocking call local: ``pattern()`` on
-    every rank first makes what that call would make collectively (the pattern and the size-pass
-    agreement). Rank 1 starts its call only after rank 0's has returned."""
+@pytest.mark.parametrize("algorithm, options", [
+    ("common_neighbor", {}), ("distance_halving", {}),
+    # direct's first call is collective too on the RMA executors (the window) and with coloring (its protocol)
+    ("direct", {"executor": "rma"}), ("direct", {"executor": "rma_canary", "executor_options": {"rtr_tree": 2}}),
+    ("direct", {"coloring": True})])
+def test_after_pattern_a_first_nonblocking_call_is_local(algorithm, options):
+    """The README's way to keep a first nonblocking call local where it sets something up collectively:
+    ``pattern()`` on every rank first makes what that call would make (the pattern, its protocol, the
+    size-pass agreement, an RMA executor's window and RTR trees). Rank 1 starts its call only after
+    rank 0's has returned."""
     rank, size = WORLD.Get_rank(), WORLD.Get_size()
     if size < 2:
         pytest.skip("needs a second rank to wait for the first")
     left, right = (rank - 1) % size, (rank + 1) % size
-    comm = sparsecoll.wrap(WORLD.Create_dist_graph_adjacent([left, right], [left, right], reorder=False), algorithm)
+    comm = sparsecoll.wrap(WORLD.Create_dist_graph_adjacent([left, right], [left, right], reorder=False), algorithm,
+                           **options)
     try:
         comm.pattern("allgather")
         send, recv = numpy.array([float(rank)]), numpy.full(2, -1.0)
