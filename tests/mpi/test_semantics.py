@@ -639,6 +639,54 @@ def test_after_pattern_a_first_nonblocking_call_is_local(algorithm, options):
         comm.Free()
 
 
+@pytest.mark.timeout(60)  # a rank in a set-up allreduce advances nothing: without the thread, the ranks waited
+@pytest.mark.parametrize("case", ["first_call", "rma_init", "auto_init"])
+def test_set_up_while_a_multi_step_request_is_in_flight(case):
+    """Rank 0 starts a 2-step persistent request, then makes a call that sets something up collectively
+    (the alltoall family's first call: pattern and size-pass allreduce; an RMA init: its window; auto's
+    first init: its decision), then waits for the request; the other ranks complete the request before
+    making that call. Legal MPI; rank 0's set-up is the library's own blocking calls, which do not
+    advance sparsecoll's request, so the progress thread has to (README, "Progress of nonblocking calls")."""
+    from sparsecoll.runtime.progress import ENGINE
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    if size < 2:
+        pytest.skip("needs a second rank to wait for the first")
+    if not ENGINE._allows_thread():
+        pytest.skip("no progress thread here (SPARSECOLL_PROGRESS_THREAD=0 or MPI below THREAD_MULTIPLE)")
+    moore = [(i, j) for i in (-1, 0, 1) for j in (-1, 0, 1) if (i, j) != (0, 0)]
+    dims = MPI.Compute_dims(size, 2)
+    first = sparsecoll.cart_neighborhood_create(WORLD, dims, [True, True], moore, algorithm="cartesian")
+    algorithm, executor = {"first_call": ("cartesian", "steps"), "rma_init": ("cartesian", "rma"),
+                           "auto_init": ("auto", "steps")}[case]
+    other = sparsecoll.wrap(first, algorithm, executor=executor)
+    try:
+        send, recv = numpy.full(2, rank, dtype="i4"), numpy.full(16, -1, dtype="i4")
+        request = first.Neighbor_allgather_init(send, recv)
+        if WORLD.allreduce(first.plan_stats("allgather")["steps"], op=MPI.MAX) < 2:  # a grid of 5 x 1, ...
+            request.Free()
+            pytest.skip("the cartesian allgather takes one step on this grid")
+        s2, r2 = numpy.full(16, rank, dtype="i4"), numpy.full(16, -1, dtype="i4")
+
+        def set_up():
+            if case == "first_call":
+                other.Neighbor_alltoall(s2, r2)
+            else:
+                other.Neighbor_alltoall_init(s2, r2).Free()
+        request.Start()
+        if rank == 0:
+            set_up()
+            request.Wait()
+        else:
+            request.Wait()
+            set_up()
+        expected = numpy.full_like(recv, -1)
+        MPI.Distgraphcomm.Neighbor_allgather(first, send, expected)
+        assert recv.tolist() == expected.tolist()
+        request.Free()
+    finally:
+        first.Free()
+
+
 @pytest.mark.timeout(60)  # without the check: every rank waited in its first call for messages of another schedule
 @pytest.mark.parametrize("case", ["algorithm", "option", "executor", "grid", "intracomm", "global_collectives",
                                   "node_options"])

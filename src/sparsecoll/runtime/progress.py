@@ -9,7 +9,10 @@ from one stage to the next is sparsecoll's job, and it is done by one engine per
 * testing or waiting on any sparsecoll request advances every request in flight, so
   ranks may complete their requests in any order;
 * a blocking sparsecoll call made while requests are in flight waits through the engine
-  too (it advances the others while it waits);
+  too (it advances the others while it waits), but the set-up a call makes collectively (a
+  first call's allreduces and pattern protocol, an RMA init's window, ``auto``'s decisions)
+  is the library's own blocking calls and advances nothing: there the thread below has to
+  (a peer may wait for this rank's request first);
 * while requests with a later stage are in flight and MPI runs at ``MPI_THREAD_MULTIPLE``,
   a daemon thread advances them whenever no sparsecoll call has driven progress for
   ``SPARSECOLL_PROGRESS_INTERVAL`` seconds (default 0.002), so a rank blocked in one of the
