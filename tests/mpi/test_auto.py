@@ -884,6 +884,38 @@ def test_a_start_that_posts_a_verdict_on_either_side_of_an_init(monkeypatch, sho
         assert_same_on_every_rank(explained["check"])
 
 
+def test_an_init_while_a_check_runs_on_every_rank_keeps_the_check(monkeypatch, short_checks):
+    """An init of the class made while a checked request is still in its check on every rank
+    (its verdict not posted anywhere) leaves that check to be applied later: once it agreed and
+    its request was freed, the next init takes its verdict unchecked on every rank. (The
+    agreement at an init dropped a check every rank reported running, so the class's next
+    request was checked again and ``plan_stats`` gave no check.)"""
+    from sparsecoll.runtime import auto
+    from sparsecoll.runtime.online_check import CheckedRequest
+    monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
+    monkeypatch.setattr(auto, "CHECK_WIN", 0.0)  # the library wins
+    nbytes = 32
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw, verify_choice=True)
+        send, got = numpy.zeros(2 * nbytes, dtype="u1"), numpy.zeros(2 * nbytes, dtype="u1")
+        request = comm.Neighbor_alltoall_init(send, got)
+        started(request, send, got, raw, nbytes, False, 2)  # in its check on every rank
+        send2, got2 = numpy.zeros_like(send), numpy.zeros_like(got)
+        second = comm.Neighbor_alltoall_init(send2, got2)  # agrees: the first check runs everywhere
+        second.Free()  # never started: its check ends unfinished on every rank
+        started(request, send, got, raw, nbytes, False, check_starts() - 2)  # the verdict: the library
+        request.Free()
+        send3, got3 = numpy.zeros_like(send), numpy.zeros_like(got)
+        third = comm.Neighbor_alltoall_init(send3, got3)
+        assert_same_on_every_rank(isinstance(third, CheckedRequest))
+        assert not isinstance(third, CheckedRequest)
+        started(third, send3, got3, raw, nbytes, False, 2)
+        third.Free()
+        explained = comm.plan_stats("alltoall", block_bytes=nbytes, form="persistent")["auto"]
+        assert explained["check"]["winner"] == explained["algorithm"] == "native"
+        assert_same_on_every_rank(explained["check"])
+
+
 def test_by_default_a_persistent_near_miss_is_not_timed(monkeypatch, short_checks):
     """Where the model keeps the library's call, the default checks nothing (only ``verify_choice=True``
     moves a class away from the library on a check)."""

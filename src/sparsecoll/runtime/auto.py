@@ -362,11 +362,11 @@ class AutoDispatch:
         highest, lowest = worst[:len(checks)], -worst[len(checks):]
         pending = []
         for check, high, low in zip(checks, highest, lowest):
-            if high != low:  # some rank's request is still in its check
-                pending.append(check)
-            elif high == PendingCheck.POSTED:
+            if high == low == PendingCheck.POSTED:
                 check.verdict.wait()
                 self.persistent_trials[check.size_class] = trial_record(check.verdict)
+            elif not high == low == PendingCheck.FREED:  # still running on some rank (or on all)
+                pending.append(check)
         self._checks = pending
 
     def _check(self, size_class: int, candidate: str) -> PendingCheck:
