@@ -30,3 +30,15 @@ def pytest_unconfigure(config):
     root = config.stash.get(_OWN_ROOT, None)
     if root is not None:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def on_rank_0_only(monkeypatch):
+    """``set(name, value)``: the environment variable ``name`` set to ``value`` on rank 0 and unset
+    on the other ranks (each process reads its own environment), undone after the test."""
+    def set_on_rank_0(name: str, value: str) -> None:
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            monkeypatch.setenv(name, value)
+        else:
+            monkeypatch.delenv(name, raising=False)
+    return set_on_rank_0

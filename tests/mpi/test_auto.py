@@ -698,6 +698,13 @@ def short_checks(monkeypatch):
     monkeypatch.setattr(auto, "PERSISTENT_TRIALS", 5)
 
 
+def two_alltoall_requests(comm, nbytes: int):
+    """``(sends, gots, requests)``: two persistent alltoalls of ``nbytes`` blocks on ``comm`` (a two-ring)."""
+    sends = [numpy.zeros(2 * nbytes, dtype="u1") for _ in range(2)]
+    gots = [numpy.zeros(2 * nbytes, dtype="u1") for _ in range(2)]
+    return sends, gots, [comm.Neighbor_alltoall_init(s, g) for s, g in zip(sends, gots)]
+
+
 def check_starts() -> int:
     """Starts after which a checked persistent request has agreed on its verdict."""
     from sparsecoll.runtime import auto
@@ -794,9 +801,7 @@ def test_persistent_checks_agree_whatever_order_the_ranks_complete_them(monkeypa
     nbytes = 32
     with two_ring() as raw:
         comm = sparsecoll.wrap(raw, verify_choice=True)
-        sends = [numpy.zeros(2 * nbytes, dtype="u1") for _ in range(2)]
-        gots = [numpy.zeros(2 * nbytes, dtype="u1") for _ in range(2)]
-        requests = [comm.Neighbor_alltoall_init(s, g) for s, g in zip(sends, gots)]
+        sends, gots, requests = two_alltoall_requests(comm, nbytes)
         for request, send, got in zip(requests, sends, gots):
             started(request, send, got, raw, nbytes, False, check_starts() - 1)
         monkeypatch.setattr(auto, "CHECK_WIN", 1e9)
@@ -829,9 +834,7 @@ def test_persistent_checks_agree_whatever_order_the_ranks_start_them(monkeypatch
     nbytes = 32
     with two_ring() as raw:
         comm = sparsecoll.wrap(raw, verify_choice=True)
-        sends = [numpy.zeros(2 * nbytes, dtype="u1") for _ in range(2)]
-        gots = [numpy.zeros(2 * nbytes, dtype="u1") for _ in range(2)]
-        requests = [comm.Neighbor_alltoall_init(s, g) for s, g in zip(sends, gots)]
+        sends, gots, requests = two_alltoall_requests(comm, nbytes)
         order = [1, 0] if RANK == 0 else [0, 1]
         for run in range(check_starts() + 2):
             for k in range(2):
@@ -999,16 +1002,13 @@ def test_a_profile_one_rank_cannot_use_stops_every_rank_at_wrap(how, monkeypatch
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("algorithm", ["auto", "node_aware"])
 @pytest.mark.parametrize("value", ["1x1", "garbage"])
-def test_a_placement_override_on_one_rank_raises_on_every_rank(monkeypatch, algorithm, value):
+def test_a_placement_override_on_one_rank_raises_on_every_rank(on_rank_0_only, algorithm, value):
     """auto's cost model and node_aware's build resolve the placement: with ``SPARSECOLL_PLACEMENT``
     set on rank 0 alone, rank 0 took it (or raised on a bad one, node_aware already at wrap) while
     the others detected the placement in collectives rank 0 never entered, and waited for good."""
     if SIZE < 2:
         pytest.skip("needs two ranks")
-    if RANK == 0:
-        monkeypatch.setenv("SPARSECOLL_PLACEMENT", value)
-    else:
-        monkeypatch.delenv("SPARSECOLL_PLACEMENT", raising=False)
+    on_rank_0_only("SPARSECOLL_PLACEMENT", value)
     cart = WORLD.Create_cart([SIZE], periods=[True])
     try:
         comm = sparsecoll.wrap(cart, algorithm)

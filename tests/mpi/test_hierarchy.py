@@ -68,16 +68,13 @@ def test_placement_override(monkeypatch):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("value", ["1x1", "garbage"])
-def test_a_placement_override_on_one_rank_raises_on_every_rank(monkeypatch, value):
+def test_a_placement_override_on_one_rank_raises_on_every_rank(monkeypatch, on_rank_0_only, value):
     """``SPARSECOLL_PLACEMENT`` is each process's own: rank 0 alone split by it (or raised on a bad
     one) while the others detected the nodes in collectives rank 0 never entered, and waited for
     good. Now every rank raises ValueError naming the variable."""
     if SIZE < 2:
         pytest.skip("needs two ranks")
-    if RANK == 0:
-        monkeypatch.setenv("SPARSECOLL_PLACEMENT", value)
-    else:
-        monkeypatch.delenv("SPARSECOLL_PLACEMENT", raising=False)
+    on_rank_0_only("SPARSECOLL_PLACEMENT", value)
     with pytest.raises(ValueError, match="SPARSECOLL_PLACEMENT"):
         NodeLayout.create(WORLD)
     monkeypatch.delenv("SPARSECOLL_PLACEMENT", raising=False)
