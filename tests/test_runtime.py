@@ -407,7 +407,7 @@ def test_a_checked_request_alternates_then_keeps_the_winner(win, winner):
 
     def post(times):
         posted.append(list(times))
-        return Verdict(MPI.COMM_SELF, times, win, 3, "choice")
+        return Verdict(MPI.COMM_SELF, times, win, 3, "choice", tag=1)
     requests = [_Recorded("choice", log), _Recorded("library", log)]
     request = CheckedRequest(requests, post, warmup_pairs=1, timed_pairs=2)
     runs = []

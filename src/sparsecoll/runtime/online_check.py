@@ -43,7 +43,7 @@ class Verdict:
     makes it at the same start of the same request) on ``tag``, which no other message of ``comm``
     uses while it runs; ``choice_wins()`` once complete (:meth:`test`, :meth:`wait`)."""
 
-    def __init__(self, comm, times: list, win: float, size_class: int, candidate: str, tag: int = 0):
+    def __init__(self, comm, times: list, win: float, size_class: int, candidate: str, tag: int):
         self.size_class, self.candidate, self.win = size_class, candidate, win
         self._local = numpy.array(times, dtype=float)
         rank, size = comm.Get_rank(), comm.Get_size()

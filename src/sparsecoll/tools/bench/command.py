@@ -123,6 +123,18 @@ def block_sizes(text: str) -> list:
     return sizes
 
 
+def algorithm_columns(text: str) -> list:
+    """``--algorithms``' columns (``NAME[+OPTION=VALUE]...``, stripped), at least one and each once
+    (ValueError naming the option: the columns are named by their text)."""
+    columns = [entry.strip() for entry in text.split(",") if entry.strip()]
+    if not columns:
+        raise ValueError(f"--algorithms: expected a comma list of algorithms, got {text!r}")
+    repeated = sorted({column for column in columns if columns.count(column) > 1})
+    if repeated:
+        raise ValueError(f"--algorithms: each column once, got {repeated} more than once")
+    return columns
+
+
 def _check_algorithms(args) -> None:
     """Reject a bad ``--algorithms`` or ``--executors`` entry before anything is launched."""
     from sparsecoll import executors as executor_names
@@ -142,13 +154,7 @@ def _check_algorithms(args) -> None:
                 raise ValueError(f"--executors: expected a comma list of {', '.join(executor_names())} "
                                  f"(each NAME[+OPTION=VALUE]...), got {args.executors!r} ({exc})") from None
         if args.algorithms is not None:
-            texts = [text.strip() for text in args.algorithms.split(",") if text.strip()]
-            if not texts:
-                raise ValueError(f"--algorithms: expected a comma list of algorithms, got {args.algorithms!r}")
-            repeated = sorted({text for text in texts if texts.count(text) > 1})
-            if repeated:  # the columns are named by their text (the ranks raised this after the launch)
-                raise ValueError(f"--algorithms: each column once, got {repeated} more than once")
-            for text in texts:
+            for text in algorithm_columns(args.algorithms):
                 name, options = parse_variant(text)
                 check_options(name, with_loggp_file(options), args.np or DEFAULT_RANKS)
     except (ValueError, TypeError) as exc:
@@ -213,7 +219,7 @@ def _measure(args) -> int:
     cores = node_cores(world)  # collective
     sizes = block_sizes(args.sizes)
     collectives = args.collective or DEFAULT_COLLECTIVES
-    wanted = [a.strip() for a in args.algorithms.split(",") if a.strip()] if args.algorithms else None
+    wanted = algorithm_columns(args.algorithms) if args.algorithms is not None else None
     started = time.time()
     workloads = [build(spec, world) for spec in _specs(args)]
     plan = []
