@@ -11,10 +11,13 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   the block-size classes the ranks passed. :func:`sparsecoll.model.choice.decide` turns
   those into one table per form: size class -> algorithm, identical on every rank.
 * **Per call**: regular forms (``allgather``, ``alltoall``) look up the class of the call's
-  block size when the first call showed every rank passing the same block size (the
-  standard requires sender and receiver of an edge to agree; auto requires, as MPI
-  libraries selecting collective algorithms by message size do, that a call passes the
-  same block size on every rank). Otherwise, and for the v/w forms whose sizes differ per
+  block size when the first call showed every rank passing the same block size (MPI-4.1
+  section 8.6.1 requires it of every call of the regular forms: a process's send block has
+  the type signature of the receive blocks at all other processes, whether the graph is
+  connected or not, so a graph of parts that exchange nothing still passes one size, and
+  :func:`sparsecoll.buffers.check_regular_blocks` rejects a rank whose send and receive
+  blocks differ). Otherwise (a rank without blocks, or ranks that passed different sizes), and
+  for the v/w forms whose sizes differ per
   edge, the collective is *pinned*: every call uses the class agreed at the first call
   (the largest over ranks). A form whose table says ``native`` for every class it can be
   called with goes straight to the library (the wrapper then calls the library's method
