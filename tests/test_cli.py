@@ -110,6 +110,7 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["bench", "--executors", "rma+rtr_tree=0"], "--executors"),
     (["bench", "--executors", "steps+foo=1"], "--executors"),
     (["calibrate", "--out", "/proc/profile.json"], "--out"), (["bench", "--out", "/proc/bench"], "--out"),
+    (["calibrate", "--out", ""], "--out: an empty path"), (["bench", "--out", ""], "--out: an empty path"),
     (["simulate", "--ranks", "4", "--topology", "matrix:README.md"], "Line 1: Not a Matrix Market file")])
 def test_bad_options_stop_with_one_line_before_any_work(argv, named):
     """An option out of range is a one-line error naming it (no traceback, no launch)."""

@@ -88,7 +88,9 @@ def check_output_path(path, option: str, directory: bool) -> None:
     """Raise ValueError naming ``option`` where ``path`` cannot be written, so a command stops
     before it launches and measures: a file (``directory`` False) that is a directory, a
     directory that is a file, or a path under a file or in a directory this user cannot write
-    (missing directories are made later)."""
+    (missing directories are made later), or an empty path."""
+    if not str(path):
+        raise ValueError(f"{option}: an empty path, expected {'a directory' if directory else 'a file'}")
     target = Path(path).absolute()
     if target.exists() and target.is_dir() != directory:
         raise ValueError(f"{option}: {path} is {'a file' if directory else 'a directory'}, expected "
