@@ -15,7 +15,7 @@ except PackageNotFoundError:  # pragma: no cover - run from a source tree that w
     __version__ = "0+unknown"
 
 __all__ = ["wrap", "cart_neighborhood_create", "CartNeighborhoodComm", "algorithms", "executors", "check_executor",
-           "is_wrapped", "verify", "VerificationError", "Pattern", "ScheduleRequest", "waitall", "Cartcomm",
+           "is_wrapped", "verify", "VerificationError", "Pattern", "ScheduleRequest", "startall", "waitall", "Cartcomm",
            "Graphcomm", "Distgraphcomm", "Intracomm", "__version__"]
 
 try:
@@ -31,7 +31,7 @@ if _MPI_ERROR is None:
     from .cartcomm import cart_neighborhood_create
     from .comm import Cartcomm, CartNeighborhoodComm, Distgraphcomm, GlobalCollectivesMixin, Graphcomm, Intracomm, wrap
     from .pattern import Pattern
-    from .runtime import ScheduleRequest, waitall
+    from .runtime import ScheduleRequest, startall, waitall
     from .verify import VerificationError, verify
 
     def algorithms() -> dict:

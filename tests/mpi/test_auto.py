@@ -952,6 +952,48 @@ def test_by_default_a_persistent_choice_is_checked(monkeypatch, short_checks, ve
         assert_same_on_every_rank((explained["check"], explained["algorithm"]))
 
 
+@pytest.mark.timeout(120)
+def test_startall_starts_auto_s_requests_of_every_kind(monkeypatch, short_checks):
+    """``auto`` hands out persistent requests of three kinds (a checked request, the library's own
+    ``Prequest`` where a class was settled on it, a sparsecoll request): ``MPI.Prequest.Startall``
+    takes only mpi4py's (a TypeError naming sparsecoll's class, nothing started), and
+    ``sparsecoll.startall`` takes them all, rank 0 in the opposite order of the others', through the
+    check and past it, every run the library's data. A list holding a request that has no ``Start``
+    (a nonblocking call's) raises a TypeError naming its index before anything starts."""
+    from sparsecoll.runtime.online_check import CheckedRequest
+    nbytes = 16
+    with two_ring() as raw:
+        checked_comm = sparsecoll.wrap(raw, profile=slow_library(persistent=True))
+        library_comm = sparsecoll.wrap(raw, profile=slow_library(persistent=False))
+        direct = sparsecoll.wrap(raw, "direct")
+        comms = (checked_comm, library_comm, direct)
+        sends = [numpy.zeros(2 * nbytes, dtype="u1") for _ in comms]
+        gots = [numpy.zeros(2 * nbytes, dtype="u1") for _ in comms]
+        requests = [comm.Neighbor_alltoall_init(send, got) for comm, send, got in zip(comms, sends, gots)]
+        assert isinstance(requests[0], CheckedRequest) and type(requests[1]) is MPI.Prequest
+        with pytest.raises(TypeError):
+            MPI.Prequest.Startall(requests[1:])
+        assert not requests[2].active
+        nonblocking = direct.Ineighbor_alltoall(sends[2], gots[2])
+        with pytest.raises(TypeError, match=r"requests\[1\]"):
+            sparsecoll.startall([requests[2], nonblocking])
+        assert not requests[2].active
+        nonblocking.Wait()
+        order = requests if RANK else requests[::-1]
+        for run in range(check_starts() + 2):
+            for k, send in enumerate(sends):
+                send[:] = (numpy.arange(send.size) + 7 * RANK + 3 * run + 50 * k).astype("u1")
+            sparsecoll.startall(order)
+            sparsecoll.waitall(order)
+            for k, (send, got) in enumerate(zip(sends, gots)):
+                expected = numpy.zeros_like(got)
+                raw.Neighbor_alltoall(send, expected)
+                assert numpy.array_equal(got, expected), (run, k)
+        assert requests[0].winner is not None
+        for request in requests:
+            request.Free()
+
+
 def test_verify_choice_must_be_the_same_on_every_rank():
     """It decides which calls are timed collectively: ranks that differ raise, every one of them."""
     if SIZE < 2:

@@ -593,6 +593,19 @@ def run_stages(stages) -> None:
     request.Wait()
 
 
+def startall(requests) -> None:
+    """Start a list of persistent requests, sparsecoll's and mpi4py's mixed (``MPI.Prequest.Startall``
+    takes only mpi4py's, and ``auto`` hands out either): each in list order, which MPI's ``Startall``
+    allows (it may start its array in any order). A request without ``Start`` (a nonblocking call's)
+    raises a TypeError naming its index before any request is started."""
+    requests = list(requests)
+    for k, request in enumerate(requests):
+        if not callable(getattr(request, "Start", None)):
+            raise TypeError(f"requests[{k}]: expected a persistent request (with Start), got {type(request).__name__}")
+    for request in requests:
+        request.Start()
+
+
 def waitall(requests, statuses=None) -> None:
     """Wait for a list of sparsecoll and mpi4py requests (``MPI.Request.Waitall`` takes only
     mpi4py's); ``statuses``, a list, gets one status per request, as mpi4py's ``statuses``.
