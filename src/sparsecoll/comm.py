@@ -36,7 +36,7 @@ from .hierarchy.offsets import exclusive_sum
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
 from .model.profile import BUILTIN, ProfileError
 from .pattern import family_of
-from .runtime import CommRuntime, PendingPrivate, Plan, auto, existing_runtime, make_plan, runtime_of
+from .runtime import CommRuntime, PendingPrivate, Plan, auto, existing_runtime, make_plan, release_runtime, runtime_of
 from .runtime import persistence as levels
 from .topology import PROC_NULL, Topology, from_comm
 from .topology import cartesian as cartesian_topology
@@ -721,7 +721,8 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         pending = self.__dict__.pop("_sc_pending", None)
         if pending is not None:  # an Idup'd copy that never needed its runtime
             pending.drop()
-        super().Free()  # deletes the attribute, which frees the runtime
+        release_runtime(self)  # here, not in the handle's Free (MPICH may run that callback inside a later Wait)
+        super().Free()
 
 
 def _check_info(info) -> None:

@@ -405,6 +405,50 @@ def test_requests_complete_normally_after_free(case):
     graph.Free()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("pending", ["the program's Irecv and Isend", "auto's call given to the library"])
+def test_the_librarys_requests_on_the_handle_complete_after_free(pending, monkeypatch):
+    """MPI-4.1 section 7.4.3 for requests that are the MPI library's own on the wrapper's handle: the
+    program's point-to-point calls on it, or a nonblocking call ``auto`` gives the library (here
+    where its blocking calls run ``direct``). MPICH 5.0.2 runs a handle's attribute delete callbacks
+    only once its last pending operation completes, inside that operation's ``MPI_Wait``, where
+    sparsecoll's released the runtime (``MPI_Request_free`` of its executors' requests) and MPICH
+    aborted ("pthread_mutex_lock: Resource deadlock avoided", mpir_request.h:569; Open MPI
+    delivered). Ranks differ: odd ones complete their requests before ``Free``."""
+    from sparsecoll.model import choice
+    size, rank = WORLD.Get_size(), WORLD.Get_rank()
+    others = [peer for peer in range(size) if peer != rank]
+    graph = WORLD.Create_dist_graph_adjacent(others, others)
+    if pending.startswith("auto"):  # blocking calls run direct, nonblocking ones the library
+        monkeypatch.setattr(choice, "decide", lambda seconds, native_allowed=True:
+                            [[name] * choice.CLASSES for name in ("direct", choice.NATIVE, choice.NATIVE)])
+        wrapped = sparsecoll.wrap(graph.Dup(), verify_choice=False)
+    else:
+        wrapped = sparsecoll.wrap(graph.Dup(), "direct")
+    send = numpy.arange(2, dtype="i4") + 10 * rank
+    expected = numpy.full(2 * len(others), -1, "i4")
+    graph.Neighbor_allgather(send, expected)
+    wrapped.Neighbor_allgather(send, numpy.zeros_like(expected))  # sparsecoll's: its executor is kept
+    runtime = wrapped.runtime
+    assert runtime.cache_sizes()["blocking_executors"]
+    received = numpy.full_like(expected, -1)
+    if pending.startswith("auto"):
+        requests = [wrapped.Ineighbor_allgather(send, received)]
+        assert isinstance(requests[0], MPI.Request)  # the library's
+    else:
+        n = 1 << 18  # past the eager limits: the receive completes only in the Wait after Free
+        received, out = numpy.full(n, -1, "i4"), numpy.full(n, rank, "i4")
+        expected = numpy.full(n, (rank - 1) % size, "i4")
+        requests = [wrapped.Irecv(received, (rank - 1) % size, 5), wrapped.Isend(out, (rank + 1) % size, 5)]
+    if rank % 2:
+        MPI.Request.Waitall(requests)
+    wrapped.Free()
+    MPI.Request.Waitall(requests)
+    assert received.tolist() == expected.tolist()
+    assert runtime.private == MPI.COMM_NULL
+    graph.Free()
+
+
 # -- bad input: every rank passes the same bad argument, so nobody waits -----------
 
 BAD_CALLS = {

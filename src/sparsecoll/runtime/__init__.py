@@ -25,9 +25,10 @@ invariants, and each is enforced in one place:
 
 from .caches import CACHE_SIZE
 from .channels import NONBLOCKING_CHANNELS
-from .communicator import NONBLOCKING_KEYS, CommRuntime, PendingPrivate, existing_runtime, runtime_of
+from .communicator import NONBLOCKING_KEYS, CommRuntime, PendingPrivate, existing_runtime, release_runtime, runtime_of
 from .plan import CallPlan, Plan, make_plan
 from .progress import ENGINE, ScheduleRequest, startall, waitall
 
-__all__ = ["CommRuntime", "PendingPrivate", "runtime_of", "existing_runtime", "Plan", "CallPlan", "make_plan",
-           "ScheduleRequest", "startall", "waitall", "ENGINE", "CACHE_SIZE", "NONBLOCKING_CHANNELS", "NONBLOCKING_KEYS"]
+__all__ = ["CommRuntime", "PendingPrivate", "runtime_of", "existing_runtime", "release_runtime", "Plan", "CallPlan",
+           "make_plan", "ScheduleRequest", "startall", "waitall", "ENGINE", "CACHE_SIZE", "NONBLOCKING_CHANNELS",
+           "NONBLOCKING_KEYS"]

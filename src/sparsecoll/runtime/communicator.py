@@ -920,6 +920,16 @@ class PendingPrivate:
                 pending.take()
 
 
+def release_runtime(comm: MPI.Comm) -> None:
+    """Release the handle's runtime now, before the handle is freed (collective, as ``Free``): its
+    attribute is deleted, which runs the delete callback at once. Left to the handle's ``MPI_Comm_free``,
+    MPICH 5.0.2 runs that callback only when the last pending operation on the handle completes
+    (a receive of the program's, a call ``auto`` gave the library), inside its ``MPI_Wait``, where the
+    runtime's own MPI calls abort ("pthread_mutex_lock: Resource deadlock avoided")."""
+    if comm.Get_attr(_RUNTIME_KEYVAL) is not None:
+        comm.Delete_attr(_RUNTIME_KEYVAL)
+
+
 def existing_runtime(comm: MPI.Comm):
     """The runtime of a handle if one was made (local), else None."""
     return comm.Get_attr(_RUNTIME_KEYVAL)
