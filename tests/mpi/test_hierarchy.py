@@ -620,6 +620,29 @@ def test_user_op_on_bottom_with_absolute_addresses(per_node, reduce_mode):
     assert mine.tolist() == total  # the library's Allreduce (both libraries get it right)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("reduce_mode", ("fixed", "dynamic"))
+def test_reductions_of_a_datatype_of_size_zero(reduce_mode):
+    """A datatype of no bytes (``INT.Create_contiguous(0)``, as an index list that came out empty
+    makes) with a count of 2, under a user-defined op: nothing to reduce, the buffers untouched, as
+    in the library. Its basic elements per element are 0, and the fixed leaders divided by that
+    (ZeroDivisionError on every rank)."""
+    empty = MPI.INT.Create_contiguous(0).Commit()
+    wrapped = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2, reduce=reduce_mode)
+    try:
+        for target in (wrapped, WORLD):
+            data = numpy.full(4, RANK, dtype=numpy.int32)
+            target.Allreduce(MPI.IN_PLACE, [data, 2, empty], ADD_ABSOLUTE)
+            for root in ROOTS:
+                target.Reduce(MPI.IN_PLACE if RANK == root else [data, 2, empty],
+                              [data, 2, empty] if RANK == root else None, ADD_ABSOLUTE, root=root)
+            target.Reduce_scatter([data, 2 * SIZE, empty], [data[2:], 2, empty], [2] * SIZE, ADD_ABSOLUTE)
+            assert data.tolist() == [RANK] * 4
+    finally:
+        wrapped.Free()
+        empty.Free()
+
+
 class _LeadersWhoseBcastFails:
     """The leader communicator, whose ``Bcast`` raises as a library's call can (Open MPI 5.0's for
     a count above MPI's int)."""

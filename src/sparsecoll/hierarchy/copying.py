@@ -175,7 +175,8 @@ def reduction_element(datatype: MPI.Datatype):
     ``datatype`` element holds: ``(basic, per_element)``; None when there is no such single type.
 
     Packed data of ``datatype`` is then ``count * per_element`` consecutive ``basic`` elements, on
-    which a predefined reduction acts element by element as it does on ``datatype``.
+    which a predefined reduction acts element by element as it does on ``datatype``. A datatype of
+    no bytes (``INT.Create_contiguous(0)``) has ``per_element`` 0: callers must not divide by it.
     """
     leaves = predefined_leaves(datatype)
     if len(leaves) != 1:
