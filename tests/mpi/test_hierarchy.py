@@ -564,6 +564,85 @@ def test_reductions_refuse_two_datatypes_as_mpi4py_does(reduce_mode):
         comm.Free()
 
 
+def _int32_at(buffer, datatype, elements: int) -> numpy.ndarray:
+    """The ``elements`` int32 a user-defined op gets at ``buffer`` in ``datatype``'s layout, one
+    contiguous run at the datatype's true lower bound (an absolute address under ``MPI.BOTTOM``,
+    where MPI passes address 0, or a temporary shifted back by that bound)."""
+    start = (MPI.memory(buffer).address + datatype.Get_true_extent()[0]) % 2**64
+    return numpy.frombuffer(MPI.memory.fromaddress(start, 4 * elements), dtype=numpy.int32)
+
+
+def _add_absolute(invec, inoutvec, datatype):
+    """A user's op for a datatype of one run of int32 at any address (absolute ones included)."""
+    elements = datatype.Get_size() // 4
+    if elements:
+        _int32_at(inoutvec, datatype, elements)[:] += _int32_at(invec, datatype, elements)
+
+
+ADD_ABSOLUTE = MPI.Op.Create(_add_absolute, commute=True)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("reduce_mode", ("fixed", "dynamic"))
+@pytest.mark.parametrize("per_node", (2, 3))
+def test_user_op_on_bottom_with_absolute_addresses(per_node, reduce_mode):
+    """``MPI.BOTTOM`` and a datatype of absolute addresses in Allreduce (in place) and Reduce at every
+    root, with a user-defined op (the libraries take no predefined op on a derived datatype): the
+    sums, as MPICH's own calls give them (Open MPI 5.0.11's in-place Reduce leaves the root's
+    buffer as it was, raw mpi4py, 3 ranks: the expected values are computed here). The fixed leaders laid the data
+    out in scratch memory from address 0 to the absolute address (a MemoryError of 85 TiB on the
+    ranks that reduce, the others waited); the dynamic leaders asked mpi4py for memory at address
+    0 (ValueError on every rank)."""
+    def contribution(rank):
+        return numpy.arange(4, dtype=numpy.int32) * (rank + 1) + 10 * rank
+    total = sum(contribution(rank) for rank in range(SIZE)).tolist()
+    comm = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=per_node, reduce=reduce_mode)
+    results, expected = [], []
+    try:
+        for root in (None, *ROOTS):
+            mine = contribution(RANK)
+            at_mine = MPI.INT32_T.Create_hindexed([4], [MPI.Get_address(mine)]).Commit()
+            if root is None:
+                comm.Allreduce(MPI.IN_PLACE, [MPI.BOTTOM, 1, at_mine], ADD_ABSOLUTE)
+            else:
+                comm.Reduce(MPI.IN_PLACE if RANK == root else [MPI.BOTTOM, 1, at_mine],
+                            [MPI.BOTTOM, 1, at_mine] if RANK == root else None, ADD_ABSOLUTE, root=root)
+            at_mine.Free()
+            results.append(mine.tolist())
+            expected.append(total if root in (None, RANK) else contribution(RANK).tolist())
+    finally:
+        comm.Free()
+    assert results == expected
+    mine = contribution(RANK)
+    at_mine = MPI.INT32_T.Create_hindexed([4], [MPI.Get_address(mine)]).Commit()
+    WORLD.Allreduce(MPI.IN_PLACE, [MPI.BOTTOM, 1, at_mine], ADD_ABSOLUTE)
+    at_mine.Free()
+    assert mine.tolist() == total  # the library's Allreduce (both libraries get it right)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("reduce_mode", ("fixed", "dynamic"))
+def test_reductions_of_a_datatype_of_size_zero(reduce_mode):
+    """A datatype of no bytes (``INT.Create_contiguous(0)``, as an index list that came out empty
+    makes) with a count of 2, under a user-defined op: nothing to reduce, the buffers untouched, as
+    in the library. Its basic elements per element are 0, and the fixed leaders divided by that
+    (ZeroDivisionError on every rank)."""
+    empty = MPI.INT.Create_contiguous(0).Commit()
+    wrapped = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2, reduce=reduce_mode)
+    try:
+        for target in (wrapped, WORLD):
+            data = numpy.full(4, RANK, dtype=numpy.int32)
+            target.Allreduce(MPI.IN_PLACE, [data, 2, empty], ADD_ABSOLUTE)
+            for root in ROOTS:
+                target.Reduce(MPI.IN_PLACE if RANK == root else [data, 2, empty],
+                              [data, 2, empty] if RANK == root else None, ADD_ABSOLUTE, root=root)
+            target.Reduce_scatter([data, 2 * SIZE, empty], [data[2:], 2, empty], [2] * SIZE, ADD_ABSOLUTE)
+            assert data.tolist() == [RANK] * 4
+    finally:
+        wrapped.Free()
+        empty.Free()
+
+
 class _LeadersWhoseBcastFails:
     """The leader communicator, whose ``Bcast`` raises as a library's call can (Open MPI 5.0's for
     a count above MPI's int)."""

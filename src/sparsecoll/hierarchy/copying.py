@@ -86,19 +86,34 @@ def unpack(source: numpy.ndarray, offset: int, address: int, count: int, datatyp
     return nbytes
 
 
+def at_origin(origin: int, nbytes: int):
+    """The buffer of a spec ``[buffer, count, datatype]`` whose datatype's displacements count from
+    the address ``origin``, which need not lie in the data: ``scratch - first`` for scratch memory
+    holding the bytes ``first..end`` of the datatype, below the scratch (and, for absolute
+    addresses under ``MPI.BOTTOM``, below address 0: taken modulo the address space, as C's pointer
+    arithmetic does); ``MPI.BOTTOM`` itself for address 0, where mpi4py makes no memory."""
+    origin %= 2**64
+    return MPI.BOTTOM if origin == 0 else MPI.memory.fromaddress(origin, nbytes)
+
+
 @contextmanager
 def laid_out(packed: numpy.ndarray, count: int, datatype: MPI.Datatype, write_back: bool = True):
     """The packed ``count`` x ``datatype`` at the start of ``packed``, unpacked into scratch memory in
-    ``datatype``'s own layout, as the buffer spec ``[memory, count, datatype]`` (MPI calls a user-defined
+    ``datatype``'s own layout, as the buffer spec ``[buffer, count, datatype]`` (MPI calls a user-defined
     op with the program's datatype, on data in its layout); packed back into ``packed`` on exit
-    (``write_back``)."""
+    (``write_back``). The scratch holds the bytes the data spans (from ``0`` or the true lower bound,
+    whichever is lower, to ``count`` extents or the true upper bound, whichever is higher), but only
+    those of the data where its lower bound lies past ``count`` extents: a datatype of absolute
+    addresses (``MPI.BOTTOM``) asked for scratch from address 0 to the data, tebibytes."""
     extent = datatype.Get_extent()[1]
     first, end = span(count, datatype)
     low, high = min(first, 0), max(end, count * extent)
-    scratch = numpy.zeros(high - low, dtype=_UINT8)
+    if first > count * extent:  # absolute addresses, or a lower bound far past the origin
+        low, high = first, end
+    scratch = numpy.zeros(max(high - low, 1), dtype=_UINT8)
     origin = scratch.ctypes.data - low
     unpack(packed, 0, origin, count, datatype)
-    yield [MPI.memory.fromaddress(origin, high), count, datatype]
+    yield [at_origin(origin, max(high - low, 1)), count, datatype]
     if write_back:
         pack(origin, count, datatype, packed, 0)
 
@@ -111,10 +126,11 @@ def _datatype_memory(address: int, count: int, datatype: MPI.Datatype, readonly:
     before ``address`` or lies outside that range (``MPI.BOTTOM`` with absolute addresses: address
     0; a negative lower bound), the memory is the bytes the data spans and the layout one element:
     ``count`` x ``datatype`` placed at ``address`` relative to the memory's start, resized to it
-    (a datatype made per call, freed by the caller)."""
+    (a datatype made per call, freed by the caller). ``address`` may be below 0 (the origin of
+    scratch memory for absolute addresses, :func:`laid_out`): only the data's bytes are used."""
     extent = datatype.Get_extent()[1]
     first, end = span(count, datatype)
-    if address and first >= 0 and end <= count * extent:
+    if address > 0 and first >= 0 and end <= count * extent:
         return MPI.memory.fromaddress(address, count * extent, readonly=readonly), datatype
     placed = MPI.Datatype.Create_struct([count], [-first], [datatype])
     layout = placed.Create_resized(0, end - first).Commit()
@@ -159,7 +175,8 @@ def reduction_element(datatype: MPI.Datatype):
     ``datatype`` element holds: ``(basic, per_element)``; None when there is no such single type.
 
     Packed data of ``datatype`` is then ``count * per_element`` consecutive ``basic`` elements, on
-    which a predefined reduction acts element by element as it does on ``datatype``.
+    which a predefined reduction acts element by element as it does on ``datatype``. A datatype of
+    no bytes (``INT.Create_contiguous(0)``) has ``per_element`` 0: callers must not divide by it.
     """
     leaves = predefined_leaves(datatype)
     if len(leaves) != 1:

@@ -84,7 +84,7 @@ from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, predefined_leaves, reject_in_place, span
 from ..checks import MAX_COUNT, is_integer, reduction_op, tag_upper_bound
-from .copying import check_one_datatype, is_contiguous, laid_out
+from .copying import at_origin, check_one_datatype, is_contiguous, laid_out
 from .node import ALIGNMENT, NodeLayout, SharedWindow
 
 #: Slots in each node's ring: a rank may run this many calls ahead of its node's last arriver
@@ -141,8 +141,9 @@ class _Shape:
         return self.end - self.first
 
     def message(self, origin: int) -> list:
-        """A buffer spec for the data whose datatype origin is at absolute address ``origin``."""
-        return [MPI.memory.fromaddress(origin, max(self.end, 1)), self.count, self.datatype]
+        """A buffer spec for the data whose datatype origin is at absolute address ``origin`` (0 for
+        ``MPI.BOTTOM``, below the data for scratch memory: :func:`.copying.at_origin`)."""
+        return [at_origin(origin, max(self.end, 1)), self.count, self.datatype]
 
     def private(self) -> tuple:
         """A private scratch buffer: ``(array, message)``."""
