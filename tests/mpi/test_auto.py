@@ -747,12 +747,12 @@ def test_a_persistent_near_miss_is_checked_in_its_first_starts(monkeypatch, shor
     """verify_choice: every built candidate in the trial band (widened here): the request's first
     starts time it against native on the user's buffers and it keeps the winner, the same on every
     rank, although each rank measures its own times, rank 0 passes buffer specs and completes each
-    run by a Test loop while the others pass plain arrays and Wait; a forced win (``CHECK_WIN``)
+    run by a Test loop while the others pass plain arrays and Wait; a forced win (``PERSISTENT_CHECK_WIN``)
     decides as forced; a second request of the class takes the outcome unchecked."""
     from sparsecoll.runtime import auto
     monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
     if win is not None:
-        monkeypatch.setattr(auto, "CHECK_WIN", win)
+        monkeypatch.setattr(auto, "PERSISTENT_CHECK_WIN", win)
     with two_ring() as raw:
         comm = sparsecoll.wrap(raw, verify_choice=True)
         explained = persistent_alltoall(comm, raw, 64, spec=RANK == 0, by_test=RANK == 0)
@@ -804,9 +804,9 @@ def test_persistent_checks_agree_whatever_order_the_ranks_complete_them(monkeypa
         sends, gots, requests = two_alltoall_requests(comm, nbytes)
         for request, send, got in zip(requests, sends, gots):
             started(request, send, got, raw, nbytes, False, check_starts() - 1)
-        monkeypatch.setattr(auto, "CHECK_WIN", 1e9)
+        monkeypatch.setattr(auto, "PERSISTENT_CHECK_WIN", 1e9)
         requests[0].Start()  # posts the first verdict: the candidate wins
-        monkeypatch.setattr(auto, "CHECK_WIN", 0.0)
+        monkeypatch.setattr(auto, "PERSISTENT_CHECK_WIN", 0.0)
         requests[1].Start()  # posts the second: the library wins
         for request in (requests if RANK else requests[::-1]):
             request.Wait()
@@ -864,7 +864,7 @@ def test_a_start_that_posts_a_verdict_on_either_side_of_an_init(monkeypatch, sho
     from sparsecoll.runtime import auto
     from sparsecoll.runtime.online_check import CheckedRequest
     monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
-    monkeypatch.setattr(auto, "CHECK_WIN", 0.0)  # the library wins: the class's later requests are the library's
+    monkeypatch.setattr(auto, "PERSISTENT_CHECK_WIN", 0.0)  # the library wins: the class's later requests are its
     nbytes = 32
     with two_ring() as raw:
         comm = sparsecoll.wrap(raw, verify_choice=True)
@@ -896,7 +896,7 @@ def test_an_init_while_a_check_runs_on_every_rank_keeps_the_check(monkeypatch, s
     from sparsecoll.runtime import auto
     from sparsecoll.runtime.online_check import CheckedRequest
     monkeypatch.setattr(auto, "TRIAL_BAND", 1e9)
-    monkeypatch.setattr(auto, "CHECK_WIN", 0.0)  # the library wins
+    monkeypatch.setattr(auto, "PERSISTENT_CHECK_WIN", 0.0)  # the library wins
     nbytes = 32
     with two_ring() as raw:
         comm = sparsecoll.wrap(raw, verify_choice=True)
@@ -936,10 +936,10 @@ def test_by_default_a_persistent_choice_is_checked(monkeypatch, short_checks, ve
     """The model's choice of a persistent request that is not the library's is checked against it in
     the request's first starts by default, and the class runs the library's where the choice loses
     (Open MPI's 64 KiB persistent allgathers on the VM ran the model's cartesian at 1.25-1.60x
-    native); a forced win (``CHECK_WIN``) keeps the choice. ``verify_choice=False``: the choice
+    native); a forced win (``PERSISTENT_CHECK_WIN``) keeps the choice. ``verify_choice=False``: the choice
     stands unchecked."""
     from sparsecoll.runtime import auto
-    monkeypatch.setattr(auto, "CHECK_WIN", win)
+    monkeypatch.setattr(auto, "PERSISTENT_CHECK_WIN", win)
     with two_ring() as raw:
         comm = sparsecoll.wrap(raw, profile=slow_library(persistent=True), verify_choice=verify_choice)
         explained = persistent_alltoall(comm, raw, 64, spec=RANK == 0)
@@ -1159,6 +1159,23 @@ def test_a_nonblocking_call_after_the_decision_makes_no_collective_set_up(monkey
         assert recv.tobytes() == expected.tobytes()
     finally:
         comm.Free()  # the wrapper's handle is the Cartesian communicator's
+
+
+@pytest.mark.parametrize("choice, stays", [(0.00088, True), (0.00092, False)])
+def test_a_persistent_check_keeps_its_choice_only_at_0_9_of_the_library(monkeypatch, short_checks, choice, stays):
+    """A persistent request's check is stricter than the blocking calls' (``PERSISTENT_CHECK_WIN``
+    0.9, ``CHECK_WIN`` 0.95): its choice at 0.88 x the library's (the agreed medians, stubbed) keeps
+    the request, at 0.92 x the library's the library's request keeps it, on every rank."""
+    from sparsecoll.runtime import auto, online_check
+    assert auto.PERSISTENT_CHECK_WIN == 0.9 < auto.CHECK_WIN
+    monkeypatch.setattr(online_check.Verdict, "medians", lambda self: (choice, 0.001))
+    with two_ring() as raw:
+        comm = sparsecoll.wrap(raw, profile=slow_library(persistent=True))
+        explained = persistent_alltoall(comm, raw, 64, spec=False)
+        trial = explained["check"]
+        assert trial["candidate"] != "native", explained
+        assert explained["algorithm"] == trial["winner"] == (trial["candidate"] if stays else "native")
+        assert_same_on_every_rank((trial, explained["algorithm"]))
 
 
 @pytest.mark.timeout(120)
