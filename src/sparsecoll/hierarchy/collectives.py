@@ -73,6 +73,7 @@ from .copying import (
     unpack,
     unpack_block,
     unpack_blocks,
+    whole_elements,
 )
 from .node import NodeLayout, SharedWindow
 from .offsets import (
@@ -702,8 +703,7 @@ class Hierarchy:
                     # MPICH 5.0.2's Reduce_scatter(_block) with a user-defined op on a resized datatype fails
                     # an assertion or writes past its buffers (4 ranks, no sparsecoll): with a user-defined
                     # op the leaders reduce the whole vector and keep their node's share
-                    with _reduction_specs(result, total, basic, total // per if per else 0, datatype,
-                                          op) as specs:
+                    with _reduction_specs(result, total, basic, whole_elements(total, per), datatype, op) as specs:
                         for spec in specs:
                             self.leader.Allreduce(MPI.IN_PLACE, spec, op)
                     share = result[first:first + size].copy()
@@ -752,8 +752,7 @@ class Hierarchy:
             offset += pack(address, count, datatype, mine, offset)
         self._barrier()
         per, datatype = element if not op.is_predefined else (1, None)
-        wholes = elements // per if per else 0  # (per 0: a datatype of no bytes, no elements)
-        start, stop = (per * end for end in element_slices(wholes, k)[q])  # shares of whole elements
+        start, stop = (per * end for end in element_slices(whole_elements(elements, per), k)[q])  # whole elements
         if k > 1 and stop > start:
             first, last = start * esize, stop * esize
             accumulator = shared[(k - 1) * slot + first:(k - 1) * slot + last]

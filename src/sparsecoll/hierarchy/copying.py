@@ -110,10 +110,11 @@ def laid_out(packed: numpy.ndarray, count: int, datatype: MPI.Datatype, write_ba
     low, high = min(first, 0), max(end, count * extent)
     if first > count * extent:  # absolute addresses, or a lower bound far past the origin
         low, high = first, end
-    scratch = numpy.zeros(max(high - low, 1), dtype=_UINT8)
+    nbytes = max(high - low, 1)
+    scratch = numpy.zeros(nbytes, dtype=_UINT8)
     origin = scratch.ctypes.data - low
     unpack(packed, 0, origin, count, datatype)
-    yield [at_origin(origin, max(high - low, 1)), count, datatype]
+    yield [at_origin(origin, nbytes), count, datatype]
     if write_back:
         pack(origin, count, datatype, packed, 0)
 
@@ -176,7 +177,7 @@ def reduction_element(datatype: MPI.Datatype):
 
     Packed data of ``datatype`` is then ``count * per_element`` consecutive ``basic`` elements, on
     which a predefined reduction acts element by element as it does on ``datatype``. A datatype of
-    no bytes (``INT.Create_contiguous(0)``) has ``per_element`` 0: callers must not divide by it.
+    no bytes (``INT.Create_contiguous(0)``) has ``per_element`` 0 (:func:`whole_elements` divides).
     """
     leaves = predefined_leaves(datatype)
     if len(leaves) != 1:
@@ -188,3 +189,9 @@ def reduction_element(datatype: MPI.Datatype):
     if size % basic.Get_size():
         return None
     return basic, size // basic.Get_size()
+
+
+def whole_elements(basic_count: int, per_element: int) -> int:
+    """How many whole elements ``basic_count`` basic elements make, ``per_element`` to an element
+    (:func:`reduction_element`); 0 for a datatype of no bytes (``per_element`` 0: no elements)."""
+    return basic_count // per_element if per_element else 0

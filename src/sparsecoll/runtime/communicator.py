@@ -926,7 +926,7 @@ def release_runtime(comm: MPI.Comm) -> None:
     MPICH 5.0.2 runs that callback only when the last pending operation on the handle completes
     (a receive of the program's, a call ``auto`` gave the library), inside its ``MPI_Wait``, where the
     runtime's own MPI calls abort ("pthread_mutex_lock: Resource deadlock avoided")."""
-    if comm.Get_attr(_RUNTIME_KEYVAL) is not None:
+    if existing_runtime(comm) is not None:
         comm.Delete_attr(_RUNTIME_KEYVAL)
 
 
