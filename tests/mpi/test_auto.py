@@ -1042,6 +1042,35 @@ def test_a_profile_one_rank_cannot_use_stops_every_rank_at_wrap(how, monkeypatch
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm, profile", [("auto", {"format": 1}), ("auto", b"profile.json"),
+                                                ("direct", "builtin")])
+def test_a_profile_argument_of_the_wrong_kind_on_one_rank_raises_on_every_rank(algorithm, profile):
+    """Each rank may pass its own profile (its host's), so only some ranks may pass a bad one: rank 0
+    passes a profile's JSON dict or a bytes path to auto, or a profile with a named algorithm,
+    the others none. Rank 0 raised TypeError alone and the other ranks waited in wrap's agreement
+    for good (as a bad profile file did); now rank 0 raises its TypeError and the others a
+    ProfileError saying another rank's profile could not be used."""
+    from sparsecoll.model.profile import ProfileError
+    if SIZE < 2:
+        pytest.skip("needs two ranks")
+    cart = WORLD.Create_cart([SIZE], periods=[True])
+    try:
+        if RANK == 0:
+            with pytest.raises(TypeError, match="profile"):
+                sparsecoll.wrap(cart, algorithm, profile=profile)
+        else:
+            with pytest.raises(ProfileError, match="another rank"):
+                sparsecoll.wrap(cart, algorithm)
+        wrapped = sparsecoll.wrap(cart, algorithm)  # the communicator is still usable
+        send, recv, expected = numpy.arange(2, dtype="i4") + 10 * RANK, numpy.empty(2, "i4"), numpy.empty(2, "i4")
+        wrapped.Neighbor_alltoall(send, recv)
+        cart.Neighbor_alltoall(send, expected)
+        assert recv.tolist() == expected.tolist()
+    finally:
+        cart.Free()
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("algorithm", ["auto", "node_aware"])
 @pytest.mark.parametrize("value", ["1x1", "garbage"])
 def test_a_placement_override_on_one_rank_raises_on_every_rank(on_rank_0_only, algorithm, value):

@@ -94,6 +94,12 @@ class ProfileError(ValueError):
     """A profile file that cannot be used; the message names the file and the key."""
 
 
+class ProfileTypeError(ProfileError, TypeError):
+    """A profile argument of the wrong kind (not a path or a :class:`Profile`, or given where no
+    profile is read): a TypeError, and a ProfileError, which ``wrap`` raises on every rank (each
+    rank may pass its own profile, so only some ranks may pass a bad one)."""
+
+
 @dataclass(frozen=True)
 class Load:
     """The parameters measured at one load: ranks per core, and the ranks per node they were
@@ -464,7 +470,7 @@ def resolve(profile=None) -> Profile:
         return BUILTIN
     if profile is not None:
         if not isinstance(profile, (str, os.PathLike)):
-            raise TypeError(f"profile: expected a path or a Profile, got {type(profile).__name__}")
+            raise ProfileTypeError(f"profile: expected a path or a Profile, got {type(profile).__name__}")
         if not os.fspath(profile):
             raise ProfileError("profile: an empty path (give a profile file, or 'builtin')")
         return check_library(Profile.load(profile))
