@@ -34,6 +34,26 @@ def test_a_profile_file_round_trips(tmp_path):
     assert Profile.load(path) == replaced and sorted(p.name for p in path.parent.iterdir()) == ["p.json"]
 
 
+def test_a_saved_profile_is_readable_as_any_new_file_of_its_user_is(tmp_path):
+    """calibrate writes the profile beside its path, then renames it over it: the file so made had
+    mode 0600 whatever the umask, so a profile written with ``--out`` to a place others read it
+    from (``SPARSECOLL_PROFILE`` naming a shared file) could not be read by other users. It now has
+    the mode ``open()`` gives a new file (0644 under umask 022)."""
+    import os
+    import stat
+    path = tmp_path / "shared.json"
+    old = os.umask(0o022)
+    try:
+        BUILTIN.save(path)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+        os.umask(0o077)
+        BUILTIN.save(path)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.json"]
+
+
 def test_builtin_names_the_built_in_profile_as_the_environment_variable_does():
     assert resolve("builtin") is BUILTIN
 
