@@ -597,6 +597,25 @@ def test_sparsecoll_calibrate_writes_a_profile_that_auto_reads(tmp_path):
     assert resolve(str(out)) == profile
 
 
+def test_sparsecoll_calibrate_says_where_it_replaces_another_librarys_profile(tmp_path):
+    """``--out`` naming a profile of another MPI library (the same --out under both libraries): the
+    file holds one library's loads, so calibrate starts a new one, as for a file that is no
+    profile, but it replaced the other library's measurements without a word (a file that is
+    no profile is reported); it now says so."""
+    import subprocess
+    import sys
+
+    from sparsecoll.model.profile import library_name
+    out = tmp_path / "profile.json"
+    other = "Open MPI 5.0" if library_name().startswith("MPICH") else "MPICH 5.0"
+    Profile(BUILTIN.loads, other, "host-a", "the other library's").save(out)
+    run = subprocess.run([sys.executable, "-m", "sparsecoll", "calibrate", "--np", "2", "--reps", "20",
+                          "--out", str(out)], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert f"replacing its profile of {other}" in run.stdout and str(out) in run.stdout
+    assert Profile.load(out).mpi_library == library_name()
+
+
 def test_auto_never_runs_a_library_call_known_to_be_wrong():
     from sparsecoll.topology import CART, PROC_NULL, graph_topology
     ring_of_two = graph_topology(0, 2, [1, 1], [1, 1], kind=CART)  # periodic ring of 2: both neighbors rank 1
