@@ -205,6 +205,22 @@ def test_a_later_wrap_with_another_profile_decides_anew():
         assert chosen[0] == chosen[2] == "native" and chosen[1] != "native", chosen
 
 
+def test_plan_stats_says_where_the_ranks_profiles_differ():
+    """Each rank may hold its own host's profile, and auto predicts with the slowest rank's times.
+    ``plan_stats(...)["auto"]["profile"]`` named this rank's profile only, so rank 0's report read as
+    if its profile alone had decided; it now says, alike on every rank, where the ranks' differ."""
+    with random_graph(3, 0.6) as raw:
+        for per_rank in (False, True):
+            profile = scaled_profile(per_call=1.0, per_step=1.0, overhead=1.0 + (RANK if per_rank else 0))
+            comm = sparsecoll.wrap(raw, profile=profile)
+            assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
+            described = comm.plan_stats("alltoall")["auto"]["profile"]
+            assert described.startswith(profile.describe())
+            differ = "the ranks' profiles differ" in described
+            assert_same_on_every_rank(differ)
+            assert differ == (per_rank and SIZE > 1), described
+
+
 def test_rank_dependent_sizes_decide_once_for_all_calls():
     """alltoallv with counts that differ per rank: the collective is pinned at the first call."""
     with random_graph(11, 0.7) as raw:

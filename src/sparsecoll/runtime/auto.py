@@ -529,7 +529,9 @@ class AutoDispatch:
         return {"algorithm": runs, "check": check, "predicted_winner": winner, "form": form, "block_bytes": block_bytes,
                 "size_class": size_class, "pinned": self.pinned is not None, "predicted_seconds": predicted,
                 "estimated": sorted(n for n in predicted if n != model.NATIVE and not family.built(n)),
-                "reason": why, "profile": family.profile.describe(), "ranks_per_core": family.ranks_per_core,
+                "reason": why, "profile": family.profile.describe() + (
+                    "; the ranks' profiles differ (this rank's; each prediction is the slowest rank's)"
+                    if self._plan.profiles_differ else ""), "ranks_per_core": family.ranks_per_core,
                 "load_ranks_per_core": family.load.ranks_per_core,
                 "load_ranks_per_node": family.load.ranks_per_node, "placement": str(family.placement)}
 

@@ -86,6 +86,11 @@ class Plan:
             return ()
         return (self.profile.fingerprint(), self.verify_code())
 
+    @property
+    def profiles_differ(self) -> bool:
+        """Whether the ranks' profiles differ (from ``decided_by``: the same on every rank)."""
+        return bool(self.decided_by) and self.decided_by[0][0] != self.decided_by[0][1]
+
     def with_agreed_inputs(self, agreed: tuple) -> Plan:
         """This plan with ``decided_by`` set to ``agreed`` (the same on every rank: the lowest and
         highest of each of :meth:`decision_inputs` over the ranks)."""
