@@ -221,6 +221,23 @@ def test_plan_stats_says_where_the_ranks_profiles_differ():
             assert differ == (per_rank and SIZE > 1), described
 
 
+def test_plan_stats_of_a_profile_that_charges_nothing():
+    """A profile may hold 0 for every cost (each value must be finite and non-negative): native's
+    predicted time is then 0, and ``plan_stats`` divided by it to give each candidate's ratio
+    (ZeroDivisionError). The data is the library's, and plan_stats answers alike on every rank."""
+    base = BUILTIN.loads[0]
+    free = {name: {"alpha": 0.0, "beta": 0.0, "overhead": 0.0} for name in base.levels}
+    nothing = dict.fromkeys(base.native_per_call, 0.0)
+    profile = Profile((Load(1.0, free, nothing, 0.0, nothing),), source="test: every cost 0")
+    with random_graph(3, 0.6) as raw:
+        comm = sparsecoll.wrap(raw, profile=profile, verify_choice=False)
+        for form in ("blocking", "persistent"):
+            for nbytes in (8, 4096):
+                assert numpy.array_equal(*exchange(comm, raw, "alltoall", nbytes, form))
+                explained = comm.plan_stats("alltoall", block_bytes=nbytes, form=form)["auto"]
+                assert_same_on_every_rank((explained["algorithm"], explained["reason"]))
+
+
 def test_rank_dependent_sizes_decide_once_for_all_calls():
     """alltoallv with counts that differ per rank: the collective is pinned at the first call."""
     with random_graph(11, 0.7) as raw:
