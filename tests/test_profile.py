@@ -34,6 +34,26 @@ def test_a_profile_file_round_trips(tmp_path):
     assert Profile.load(path) == replaced and sorted(p.name for p in path.parent.iterdir()) == ["p.json"]
 
 
+def test_a_saved_profile_is_readable_as_any_new_file_of_its_user_is(tmp_path):
+    """calibrate writes the profile beside its path, then renames it over it: the file so made had
+    mode 0600 whatever the umask, so a profile written with ``--out`` to a place others read it
+    from (``SPARSECOLL_PROFILE`` naming a shared file) could not be read by other users. It now has
+    the mode ``open()`` gives a new file (0644 under umask 022)."""
+    import os
+    import stat
+    path = tmp_path / "shared.json"
+    old = os.umask(0o022)
+    try:
+        BUILTIN.save(path)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+        os.umask(0o077)
+        BUILTIN.save(path)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.json"]
+
+
 def test_builtin_names_the_built_in_profile_as_the_environment_variable_does():
     assert resolve("builtin") is BUILTIN
 
@@ -575,6 +595,25 @@ def test_sparsecoll_calibrate_writes_a_profile_that_auto_reads(tmp_path):
     assert profile.mpi_library == library_name() and len(profile.loads) == 1
     assert profile.loads[0].ranks_per_core > 0 and profile.loads[0].ranks_per_node == 2
     assert resolve(str(out)) == profile
+
+
+def test_sparsecoll_calibrate_says_where_it_replaces_another_librarys_profile(tmp_path):
+    """``--out`` naming a profile of another MPI library (the same --out under both libraries): the
+    file holds one library's loads, so calibrate starts a new one, as for a file that is no
+    profile, but it replaced the other library's measurements without a word (a file that is
+    no profile is reported); it now says so."""
+    import subprocess
+    import sys
+
+    from sparsecoll.model.profile import library_name
+    out = tmp_path / "profile.json"
+    other = "Open MPI 5.0" if library_name().startswith("MPICH") else "MPICH 5.0"
+    Profile(BUILTIN.loads, other, "host-a", "the other library's").save(out)
+    run = subprocess.run([sys.executable, "-m", "sparsecoll", "calibrate", "--np", "2", "--reps", "20",
+                          "--out", str(out)], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert f"replacing its profile of {other}" in run.stdout and str(out) in run.stdout
+    assert Profile.load(out).mpi_library == library_name()
 
 
 def test_auto_never_runs_a_library_call_known_to_be_wrong():

@@ -987,8 +987,9 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
         plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice, persistence,
                          executor_options)
         unusable_profile = None
-    except ProfileError as error:  # this rank's file: every rank stops at the agreement below
-        plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, BUILTIN, verify_choice, persistence,
+    except ProfileError as error:  # this rank's profile: every rank stops at the agreement below
+        fallback = BUILTIN if algorithm == "auto" else None  # a named algorithm takes no profile
+        plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, fallback, verify_choice, persistence,
                          executor_options)
         unusable_profile = error
     if isinstance(comm, NeighborhoodMixin):

@@ -205,6 +205,39 @@ def test_a_later_wrap_with_another_profile_decides_anew():
         assert chosen[0] == chosen[2] == "native" and chosen[1] != "native", chosen
 
 
+def test_plan_stats_says_where_the_ranks_profiles_differ():
+    """Each rank may hold its own host's profile, and auto predicts with the slowest rank's times.
+    ``plan_stats(...)["auto"]["profile"]`` named this rank's profile only, so rank 0's report read as
+    if its profile alone had decided; it now says, alike on every rank, where the ranks' differ."""
+    with random_graph(3, 0.6) as raw:
+        for per_rank in (False, True):
+            profile = scaled_profile(per_call=1.0, per_step=1.0, overhead=1.0 + (RANK if per_rank else 0))
+            comm = sparsecoll.wrap(raw, profile=profile)
+            assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8))
+            described = comm.plan_stats("alltoall")["auto"]["profile"]
+            assert described.startswith(profile.describe())
+            differ = "the ranks' profiles differ" in described
+            assert_same_on_every_rank(differ)
+            assert differ == (per_rank and SIZE > 1), described
+
+
+def test_plan_stats_of_a_profile_that_charges_nothing():
+    """A profile may hold 0 for every cost (each value must be finite and non-negative): native's
+    predicted time is then 0, and ``plan_stats`` divided by it to give each candidate's ratio
+    (ZeroDivisionError). The data is the library's, and plan_stats answers alike on every rank."""
+    base = BUILTIN.loads[0]
+    free = {name: {"alpha": 0.0, "beta": 0.0, "overhead": 0.0} for name in base.levels}
+    nothing = dict.fromkeys(base.native_per_call, 0.0)
+    profile = Profile((Load(1.0, free, nothing, 0.0, nothing),), source="test: every cost 0")
+    with random_graph(3, 0.6) as raw:
+        comm = sparsecoll.wrap(raw, profile=profile, verify_choice=False)
+        for form in ("blocking", "persistent"):
+            for nbytes in (8, 4096):
+                assert numpy.array_equal(*exchange(comm, raw, "alltoall", nbytes, form))
+                explained = comm.plan_stats("alltoall", block_bytes=nbytes, form=form)["auto"]
+                assert_same_on_every_rank((explained["algorithm"], explained["reason"]))
+
+
 def test_rank_dependent_sizes_decide_once_for_all_calls():
     """alltoallv with counts that differ per rank: the collective is pinned at the first call."""
     with random_graph(11, 0.7) as raw:
@@ -1035,6 +1068,35 @@ def test_a_profile_one_rank_cannot_use_stops_every_rank_at_wrap(how, monkeypatch
         send, recv = numpy.arange(4, dtype="i4") + 10 * RANK, numpy.empty(4, dtype="i4")
         wrapped.Neighbor_alltoall(send, recv)
         expected = numpy.empty(4, dtype="i4")
+        cart.Neighbor_alltoall(send, expected)
+        assert recv.tolist() == expected.tolist()
+    finally:
+        cart.Free()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm, profile", [("auto", {"format": 1}), ("auto", b"profile.json"),
+                                                ("direct", "builtin")])
+def test_a_profile_argument_of_the_wrong_kind_on_one_rank_raises_on_every_rank(algorithm, profile):
+    """Each rank may pass its own profile (its host's), so only some ranks may pass a bad one: rank 0
+    passes a profile's JSON dict or a bytes path to auto, or a profile with a named algorithm,
+    the others none. Rank 0 raised TypeError alone and the other ranks waited in wrap's agreement
+    for good (as a bad profile file did); now rank 0 raises its TypeError and the others a
+    ProfileError saying another rank's profile could not be used."""
+    from sparsecoll.model.profile import ProfileError
+    if SIZE < 2:
+        pytest.skip("needs two ranks")
+    cart = WORLD.Create_cart([SIZE], periods=[True])
+    try:
+        if RANK == 0:
+            with pytest.raises(TypeError, match="profile"):
+                sparsecoll.wrap(cart, algorithm, profile=profile)
+        else:
+            with pytest.raises(ProfileError, match="another rank"):
+                sparsecoll.wrap(cart, algorithm)
+        wrapped = sparsecoll.wrap(cart, algorithm)  # the communicator is still usable
+        send, recv, expected = numpy.arange(2, dtype="i4") + 10 * RANK, numpy.empty(2, "i4"), numpy.empty(2, "i4")
+        wrapped.Neighbor_alltoall(send, recv)
         cart.Neighbor_alltoall(send, expected)
         assert recv.tolist() == expected.tolist()
     finally:

@@ -62,7 +62,7 @@ import math
 import os
 import platform
 import re
-import tempfile
+import secrets
 import zlib
 from dataclasses import dataclass, field
 
@@ -92,6 +92,12 @@ LARGEST_VALUE = 1e6
 
 class ProfileError(ValueError):
     """A profile file that cannot be used; the message names the file and the key."""
+
+
+class ProfileTypeError(ProfileError, TypeError):
+    """A profile argument of the wrong kind (not a path or a :class:`Profile`, or given where no
+    profile is read): a TypeError, and a ProfileError, which ``wrap`` raises on every rank (each
+    rank may pass its own profile, so only some ranks may pass a bad one)."""
 
 
 @dataclass(frozen=True)
@@ -187,10 +193,12 @@ class Profile:
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         # a whole new file, then one rename: a rank reading the profile while calibrate writes it
-        # sees the old file or the new one, never half of one
-        handle, written = tempfile.mkstemp(dir=directory, prefix=".profile-", suffix=".json")
+        # sees the old file or the new one, never half of one. Made by open() ("x": a name no other
+        # writer holds), so it has the umask's mode, as a file written in place would (mkstemp's is
+        # 0600: a profile shared through SPARSECOLL_PROFILE was unreadable to other users)
+        written = os.path.join(directory, f".profile-{os.getpid()}-{secrets.token_hex(8)}.json")
         try:
-            with os.fdopen(handle, "w") as f:
+            with open(written, "x") as f:
                 json.dump(self.to_json(), f, indent=2)
                 f.write("\n")
             os.replace(written, path)
@@ -464,7 +472,7 @@ def resolve(profile=None) -> Profile:
         return BUILTIN
     if profile is not None:
         if not isinstance(profile, (str, os.PathLike)):
-            raise TypeError(f"profile: expected a path or a Profile, got {type(profile).__name__}")
+            raise ProfileTypeError(f"profile: expected a path or a Profile, got {type(profile).__name__}")
         if not os.fspath(profile):
             raise ProfileError("profile: an empty path (give a profile file, or 'builtin')")
         return check_library(Profile.load(profile))

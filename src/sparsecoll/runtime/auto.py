@@ -102,6 +102,7 @@ happen on every rank at the same call.
 
 from __future__ import annotations
 
+import math
 import time
 from functools import partial
 
@@ -490,6 +491,11 @@ class AutoDispatch:
             winner = trial["winner"]
         runs = winner if winner == model.NATIVE or family.built(winner) else self.fallback[f][size_class]
         native = predicted[model.NATIVE]
+
+        def to_native(name: str) -> float:
+            """``name``'s predicted time over native's (a profile may charge nothing: native's may be 0)."""
+            seconds = predicted[name]
+            return seconds / native if native else 1.0 if seconds == native else math.copysign(math.inf, seconds)
         best = min((n for n in predicted if n != model.NATIVE), key=predicted.get, default=None)
         if not self.native_allowed:
             why = (f"the library's own call is excluded ({self._family.fault or 'a fault on another rank'}); "
@@ -498,12 +504,12 @@ class AutoDispatch:
             why = (f"the library runs every size of this form: its table mixed the library with other "
                    f"algorithms, and the size comparison that needs ({self.shortcut_seconds * 1e6:.2f} us "
                    f"per call) would cost over {model.SHORTCUT_ALLOWANCE} x the library's call at some size "
-                   f"it runs" + (f" (best here: {best}, {predicted[best] / native:.2f} x)" if best else ""))
+                   f"it runs" + (f" (best here: {best}, {to_native(best):.2f} x)" if best else ""))
         elif winner == model.NATIVE:
             why = (f"no candidate is predicted at most {model.NATIVE_MARGIN} x native's time"
-                   + (f" (best: {best}, {predicted[best] / native:.2f} x)" if best else ""))
+                   + (f" (best: {best}, {to_native(best):.2f} x)" if best else ""))
         else:
-            why = f"{winner} is predicted at {predicted[winner] / native:.2f} x native's time, the least"
+            why = f"{winner} is predicted at {to_native(winner):.2f} x native's time, the least"
         if runs != winner:
             why += (f"; it is estimated, not built: calls run {runs} until the {REPEATS}th call of this size "
                     f"(or a persistent request) builds it")
@@ -514,7 +520,7 @@ class AutoDispatch:
                    f"(medians of {PERSISTENT_TRIALS} runs each after {CHECK_WARMUP} untimed, the slowest "
                    f"rank's times): {trial['winner']} runs this size from then on (a candidate needs at most "
                    f"{PERSISTENT_CHECK_WIN} x native's time; the model predicted {candidate} at "
-                   f"{predicted[candidate] / native:.2f} x)")
+                   f"{to_native(candidate):.2f} x)")
         if self.pinned is not None:
             why += (f"; pinned: every call of this collective runs size class {size_class}, agreed at its first "
                     f"call, whatever its block size (block_bytes={block_bytes} does not change the choice)")
@@ -529,7 +535,9 @@ class AutoDispatch:
         return {"algorithm": runs, "check": check, "predicted_winner": winner, "form": form, "block_bytes": block_bytes,
                 "size_class": size_class, "pinned": self.pinned is not None, "predicted_seconds": predicted,
                 "estimated": sorted(n for n in predicted if n != model.NATIVE and not family.built(n)),
-                "reason": why, "profile": family.profile.describe(), "ranks_per_core": family.ranks_per_core,
+                "reason": why, "profile": family.profile.describe() + (
+                    "; the ranks' profiles differ (this rank's; each prediction is the slowest rank's)"
+                    if self._plan.profiles_differ else ""), "ranks_per_core": family.ranks_per_core,
                 "load_ranks_per_core": family.load.ranks_per_core,
                 "load_ranks_per_node": family.load.ranks_per_node, "placement": str(family.placement)}
 

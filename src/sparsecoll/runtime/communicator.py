@@ -243,7 +243,7 @@ class CommRuntime:
         sized by the weights: :meth:`.Plan.sized`; for ``auto``, keyed by what the ranks' profiles
         and ``verify_choice`` were: :meth:`.Plan.with_agreed_inputs`).
 
-        ``unusable_profile``: the error of a profile file this rank could not use (profiles are
+        ``unusable_profile``: the error of a profile (file or argument) this rank could not use (profiles are
         files of each host); it raises here on this rank, and a ProfileError saying so on every
         other, instead of on this rank alone before the others wait in the allreduce."""
         key = (plan.key, detects_grid, wrapper_key)
@@ -254,7 +254,7 @@ class CommRuntime:
             raise unusable_profile
         if inputs[-1][1]:
             raise ProfileError("profile: another rank could not use its profile (its error names the file and "
-                               "the key); the choice of algorithm is collective, so no rank runs")
+                               "the key, or the argument); the choice of algorithm is collective, so no rank runs")
         return plan.with_agreed_inputs(inputs[:-1]).sized(largest, given_options)
 
     def prepare_strict(self, plan: Plan) -> None:

@@ -8,7 +8,7 @@ from types import MappingProxyType
 from .. import algorithms, execute
 from ..model.choice import split_candidate
 from ..model.params import LOGGP_FILE_OPTION, with_loggp_file
-from ..model.profile import BUILTIN, Profile
+from ..model.profile import BUILTIN, Profile, ProfileTypeError
 from ..model.profile import resolve as resolve_profile
 from .persistence import BLOCK_BYTES_OPTION, NONE, Persistence
 
@@ -86,6 +86,11 @@ class Plan:
             return ()
         return (self.profile.fingerprint(), self.verify_code())
 
+    @property
+    def profiles_differ(self) -> bool:
+        """Whether the ranks' profiles differ (from ``decided_by``: the same on every rank)."""
+        return bool(self.decided_by) and self.decided_by[0][0] != self.decided_by[0][1]
+
     def with_agreed_inputs(self, agreed: tuple) -> Plan:
         """This plan with ``decided_by`` set to ``agreed`` (the same on every rank: the lowest and
         highest of each of :meth:`decision_inputs` over the ranks)."""
@@ -123,7 +128,7 @@ def make_plan(algorithm: str, options: dict, rebind: bool, size: int,
     if verify_choice is not None and not isinstance(verify_choice, bool):
         raise TypeError(f"verify_choice: expected a bool or None, got {type(verify_choice).__name__}")
     if algorithm != algorithms.AUTO and profile is not None:
-        raise TypeError(f"profile: only algorithm='auto' chooses by a profile; {algorithm!r} runs as named")
+        raise ProfileTypeError(f"profile: only algorithm='auto' chooses by a profile; {algorithm!r} runs as named")
     if algorithm != algorithms.AUTO and verify_choice:
         raise TypeError(f"verify_choice: only algorithm='auto' makes a choice to verify; {algorithm!r} runs as named")
     checked = algorithms.check_options(algorithm, with_loggp_file(options), size)

@@ -174,6 +174,10 @@ def _main_profile(comm, args, cores: int) -> int:
             except ProfileError as error:
                 say(f"calibrate: starting a new profile ({error})")
                 profile = None
+            if profile is not None and profile.mpi_library != library:  # a profile holds one library's loads
+                held = profile.mpi_library or "any library"
+                say(f"calibrate: {path} holds a profile of {held}, this is {library}: replacing its profile of "
+                    f"{held} (without --out each library has a file of its own)")
             if profile is None or profile.mpi_library != library:
                 profile = Profile((), library, platform.node())
             source = (f"sparsecoll calibrate on {platform.node()}, {library_version()}, "
