@@ -962,10 +962,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
                              "executor_options": executor_options is not None,
                              "global_collectives": "global_collectives" in options}
         given = [name for name, differs in neighborhood_only.items() if differs]
-        if given:
-            raise TypeError(f"{given[0]}: is for topology communicators (their neighborhood collectives); "
-                            f"{type(comm).__name__} has none")
-        return _wrap_intracomm(comm, algorithm, options, hierarchy_options)
+        return _wrap_intracomm(comm, algorithm, options, hierarchy_options, given)
     global_collectives = options.pop("global_collectives", "library")
     if wrapper_class is None:
         raise TypeError("comm: expected an mpi4py intracommunicator or topology communicator (Cartcomm, "
@@ -1052,18 +1049,35 @@ def keeping_subclass(wrapper_class: type, comm) -> type:
     return combined
 
 
-def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarchy_options: dict) -> Intracomm:
-    """:func:`wrap` for a plain intracommunicator: collective (it makes the node structure)."""
+def _wrap_intracomm(comm: MPI.Intracomm, algorithm: str, options: dict, hierarchy_options: dict,
+                    neighborhood_only: list) -> Intracomm:
+    """:func:`wrap` for a plain intracommunicator: collective (it makes the node structure).
+
+    ``neighborhood_only``: the names of the arguments given that only topology communicators take.
+    An argument refused on some ranks only raises on every rank: the ranks compare their
+    arguments, with the refusal, in one allreduce before the refusal is raised (the others would
+    wait in it for good)."""
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
-    if algorithm not in INTRACOMM_ALGORITHMS:
-        raise ValueError(f"algorithm: an intracommunicator takes one of {INTRACOMM_ALGORITHMS}, got {algorithm!r}")
-    if options:
-        raise TypeError(f"options: an intracommunicator takes only {HIERARCHY_OPTIONS}, got {sorted(options)}")
-    _check_hierarchy_options(hierarchy_options)
-    if levels.key_differs(MPI.Intracomm(comm), (algorithm, options_key(hierarchy_options))):  # the library's call
-        raise ValueError("algorithm: the ranks gave wrap different algorithms or options; they decide every "
-                         "global collective's messages, so every rank must give the same")
+    try:
+        if neighborhood_only:
+            raise TypeError(f"{neighborhood_only[0]}: is for topology communicators (their neighborhood "
+                            f"collectives); {type(comm).__name__} has none")
+        if algorithm not in INTRACOMM_ALGORITHMS:
+            raise ValueError(f"algorithm: an intracommunicator takes one of {INTRACOMM_ALGORITHMS}, got {algorithm!r}")
+        if options:
+            raise TypeError(f"options: an intracommunicator takes only {HIERARCHY_OPTIONS}, got {sorted(options)}")
+        _check_hierarchy_options(hierarchy_options)
+        refused, key = None, (algorithm, options_key(hierarchy_options))
+    except (TypeError, ValueError) as error:
+        refused, key = error, ("refused", type(error).__name__, str(error))
+    differs = levels.key_differs(MPI.Intracomm(comm), key)  # the library's call
+    if refused is not None:
+        raise refused
+    if differs:
+        raise ValueError("algorithm: the ranks gave wrap different algorithms or options (or another rank's "
+                         "were refused: its error names the argument); they decide every global collective's "
+                         "messages, so every rank must give the same")
     wrapped = keeping_subclass(Intracomm, comm)(comm)
     wrapped.__dict__.update(_sc_hierarchy_options=hierarchy_options, _sc_global_native=algorithm == "native",
                             _sc_requested=algorithm)

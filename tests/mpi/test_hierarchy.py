@@ -1269,6 +1269,27 @@ def test_inter_node_may_be_a_function_at_another_address_on_each_rank():
     del ballast
 
 
+def test_an_argument_refused_on_one_rank_raises_on_every_rank():
+    """wrap of an intracommunicator with an argument it refuses on rank 0 alone (a topology
+    communicator's argument, an unknown option, a bad node option): rank 0 raised its error
+    before the ranks compared their arguments, and the others waited in that allreduce for good.
+    Now rank 0 raises its own error and every other rank a ValueError saying the ranks differ."""
+    raw = WORLD.Dup()
+    for refused, own in (({"profile": "builtin"}, "profile: is for topology communicators"),
+                         ({"theta": 2}, "options: an intracommunicator takes only"),
+                         ({"ranks_per_node": 0}, "ranks_per_node"),
+                         ({"algorithm": "direct"}, "algorithm: an intracommunicator takes one of")):
+        with pytest.raises((TypeError, ValueError)) as raised:
+            sparsecoll.wrap(raw, **(refused if RANK == 0 else {}))
+        expected = own if RANK == 0 else "another rank's were refused"
+        assert expected in str(raised.value), str(raised.value)
+    wrapped = sparsecoll.wrap(raw)  # the communicator is still usable: nothing half-made
+    recv = numpy.zeros(1)
+    wrapped.Allreduce(numpy.ones(1), recv)
+    assert recv[0] == SIZE
+    wrapped.Free()
+
+
 def test_wrappers_of_one_handle_share_one_node_structure_freed_with_the_handle():
     """Node and leader communicators live on the handle: every wrap of it with equal options takes
     the same structure (wrap(COMM_WORLD) in a loop made one per call, and MPICH ran out of
