@@ -225,6 +225,8 @@ def test_native_wins_unless_a_candidate_is_clearly_faster():
     table = choice.decide(seconds)
     assert all(row[c] == "native" for row in table for c in range(choice.CLASSES) if c != 3)
     assert all(row[3] == "cartesian" for row in table)
+    free = {"native": numpy.zeros(shape), "direct": numpy.zeros(shape)}  # a profile that charges nothing
+    assert {name for row in choice.decide(free) for name in row} == {"native"}  # a tie goes to the library
 
 
 def test_combining_is_charged_for_its_steps_and_wins_only_where_messages_dominate():

@@ -224,7 +224,9 @@ def test_plan_stats_says_where_the_ranks_profiles_differ():
 def test_plan_stats_of_a_profile_that_charges_nothing():
     """A profile may hold 0 for every cost (each value must be finite and non-negative): native's
     predicted time is then 0, and ``plan_stats`` divided by it to give each candidate's ratio
-    (ZeroDivisionError). The data is the library's, and plan_stats answers alike on every rank."""
+    (ZeroDivisionError). Every candidate ties with the library at 0, and a tie goes to the library
+    (a candidate replaced it: 0 <= 0.9 x 0). The data is the library's, and plan_stats answers
+    alike on every rank."""
     base = BUILTIN.loads[0]
     free = {name: {"alpha": 0.0, "beta": 0.0, "overhead": 0.0} for name in base.levels}
     nothing = dict.fromkeys(base.native_per_call, 0.0)
@@ -236,6 +238,7 @@ def test_plan_stats_of_a_profile_that_charges_nothing():
                 assert numpy.array_equal(*exchange(comm, raw, "alltoall", nbytes, form))
                 explained = comm.plan_stats("alltoall", block_bytes=nbytes, form=form)["auto"]
                 assert_same_on_every_rank((explained["algorithm"], explained["reason"]))
+                assert explained["predicted_winner"] == "native"  # a tie at 0 goes to the library
 
 
 def test_rank_dependent_sizes_decide_once_for_all_calls():

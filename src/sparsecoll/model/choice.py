@@ -356,7 +356,8 @@ def decide(seconds: dict, native_allowed: bool = True) -> list:
     """Per form and size class, the winner among ``{candidate: array[form, class]}`` (maxima over ranks).
 
     ``native`` wins unless another candidate is predicted at most :data:`NATIVE_MARGIN` of its
-    time; with ``native_allowed=False`` (the library computes this neighborhood wrongly,
+    time, and less than it (a profile may charge nothing: a tie at 0 goes to the library); with
+    ``native_allowed=False`` (the library computes this neighborhood wrongly,
     :func:`library_fault`) the fastest other candidate wins.
     """
     names = list(seconds)
@@ -368,7 +369,8 @@ def decide(seconds: dict, native_allowed: bool = True) -> list:
         row = []
         for c in range(CLASSES):
             best = min(others, key=lambda i: table[i, f, c], default=None)
-            if best is not None and (not native_allowed or table[best, f, c] <= NATIVE_MARGIN * native[f, c]):
+            if best is not None and (not native_allowed or table[best, f, c] < native[f, c]
+                                     and table[best, f, c] <= NATIVE_MARGIN * native[f, c]):
                 row.append(names[best])
             else:
                 row.append(NATIVE)
