@@ -969,26 +969,34 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
                         f"Graphcomm or Distgraphcomm), got {type(comm).__name__}")
     if comm == MPI.COMM_NULL:
         raise ValueError("comm: is MPI.COMM_NULL")
-    if topology is not None:  # before the runtime keeps it for the handle
-        if not isinstance(topology, Topology):
-            raise TypeError(f"topology: expected a sparsecoll Topology or None, got {type(topology).__name__}")
-        if (topology.rank, topology.size) != (comm.Get_rank(), comm.Get_size()):
-            raise ValueError(f"topology: is rank {topology.rank} of {topology.size}, the communicator's "
-                             f"rank {comm.Get_rank()} of {comm.Get_size()}")
-    _check_hierarchy_options(hierarchy_options)
     grid_option = options.pop(cartesian_topology.GRID_OPTION, None)  # the handle's, for every algorithm
-    if global_collectives not in GLOBAL_COLLECTIVE_CHOICES:
-        raise ValueError(f"global_collectives: expected one of {GLOBAL_COLLECTIVE_CHOICES}, got {global_collectives!r}")
-    persistence = levels.level(info, comm)
+    # Arguments are checked here, with no message sent, but raised at the agreement below on a rank
+    # that refuses its own alone: the others would wait in its allreduce for good.
+    refused = None
     try:
-        plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice, persistence,
-                         executor_options)
-        unusable_profile = None
-    except ProfileError as error:  # this rank's profile: every rank stops at the agreement below
-        fallback = BUILTIN if algorithm == "auto" else None  # a named algorithm takes no profile
-        plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, fallback, verify_choice, persistence,
-                         executor_options)
-        unusable_profile = error
+        if topology is not None:  # before the runtime keeps it for the handle
+            if not isinstance(topology, Topology):
+                raise TypeError(f"topology: expected a sparsecoll Topology or None, got {type(topology).__name__}")
+            if (topology.rank, topology.size) != (comm.Get_rank(), comm.Get_size()):
+                raise ValueError(f"topology: is rank {topology.rank} of {topology.size}, the communicator's "
+                                 f"rank {comm.Get_rank()} of {comm.Get_size()}")
+        _check_hierarchy_options(hierarchy_options)
+        if global_collectives not in GLOBAL_COLLECTIVE_CHOICES:
+            raise ValueError(f"global_collectives: expected one of {GLOBAL_COLLECTIVE_CHOICES}, "
+                             f"got {global_collectives!r}")
+        persistence = levels.level(info, comm)
+        try:
+            plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice,
+                             persistence, executor_options)
+        except ProfileError as error:  # this rank's profile (profiles are each host's files)
+            refused = error
+            fallback = BUILTIN if algorithm == "auto" else None  # a named algorithm takes no profile
+            plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, fallback, verify_choice,
+                             persistence, executor_options)
+    except (TypeError, ValueError) as error:
+        refused, topology = error, None
+        persistence = levels.level()
+        plan = make_plan("direct", {}, False, comm.Get_size(), DEFAULT_EXECUTOR, None, None, persistence, None)
     if isinstance(comm, NeighborhoodMixin):
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
     else:
@@ -998,7 +1006,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
         runtime = runtime_of(comm, topology if topology is not None else getattr(comm, "_sc_topology", None),
                              getattr(comm, "__dict__", {}).pop("_sc_pending", None))
     plan = runtime.agree_on_level(plan, options, grid_option is not None,  # collective, on every wrap
-                                  (global_collectives, options_key(hierarchy_options)), unusable_profile)
+                                  (global_collectives, options_key(hierarchy_options)), refused)
     if grid_option is not None and runtime.topology.offsets is None:
         runtime.set_topology(cartesian_topology.detect(runtime.private, runtime.topology, grid_option))
     runtime.check_supported(plan)

@@ -732,8 +732,8 @@ def test_set_up_while_a_multi_step_request_is_in_flight(case):
 
 
 @pytest.mark.timeout(60)  # without the check: every rank waited in its first call for messages of another schedule
-@pytest.mark.parametrize("case", ["algorithm", "option", "executor", "grid", "intracomm", "global_collectives",
-                                  "node_options"])
+@pytest.mark.parametrize("case", ["algorithm", "auto_or_named", "option", "executor", "grid", "intracomm",
+                                  "global_collectives", "node_options"])
 def test_wrap_arguments_that_differ_between_ranks_raise_on_every_rank(ring, case):
     """``wrap``'s algorithm, options and executor decide every call's messages, so odd ranks giving
     other ones than even ranks is an error every rank reports at ``wrap`` (before any call)."""
@@ -746,6 +746,8 @@ def test_wrap_arguments_that_differ_between_ranks_raise_on_every_rank(ring, case
     else:
         comm = ring
         arguments = {"algorithm": {"algorithm": "native" if odd else "direct"},
+                     # auto gives the comparison two more integers than a named algorithm
+                     "auto_or_named": {"algorithm": "auto" if odd else "direct"},
                      "option": {"algorithm": "direct", "coloring": odd},
                      "executor": {"algorithm": "direct", "executor": "dag" if odd else "steps"},
                      "grid": {"algorithm": "direct", **({"grid": ([size], [True])} if odd else {})},
@@ -765,6 +767,30 @@ def test_wrap_arguments_that_differ_between_ranks_raise_on_every_rank(ring, case
     recv = numpy.zeros(2)
     same.Neighbor_allgather(numpy.array([float(rank)]), recv)
     assert recv.tolist() == [float((rank - 1) % size), float((rank + 1) % size)]
+
+
+@pytest.mark.timeout(60)  # without the fix: the other ranks waited in wrap's allreduce for good
+@pytest.mark.parametrize("refused, own", [({"ranks_per_node": 0}, "ranks_per_node"),
+                                          ({"global_collectives": "bogus"}, "global_collectives"),
+                                          ({"topology": "a path"}, "topology"),
+                                          ({"executor": "bogus"}, "executor"),
+                                          ({"algorithm": "no_such_algorithm"}, "algorithm"),
+                                          ({"verify_choice": 1}, "verify_choice")])
+def test_an_argument_refused_on_one_rank_raises_on_every_rank(ring, refused, own):
+    """A wrap argument rank 0 alone refuses (each checked locally, before any message): rank 0
+    raised its error before the ranks compared their arguments, and the others waited in that
+    allreduce for good. Rank 0 now raises its own error and the others one saying so."""
+    rank = WORLD.Get_rank()
+    if WORLD.Get_size() < 2:
+        pytest.skip("needs ranks that differ")
+    with pytest.raises((TypeError, ValueError)) as raised:
+        sparsecoll.wrap(ring, **(refused if rank == 0 else {}))
+    expected = own if rank == 0 else "another rank refused its arguments"
+    assert expected in str(raised.value), str(raised.value)
+    comm = sparsecoll.wrap(ring, "direct")  # the handle still wraps: nothing was half made
+    recv = numpy.zeros(2)
+    comm.Neighbor_allgather(numpy.array([float(rank)]), recv)
+    assert recv.tolist() == [float((rank - 1) % WORLD.Get_size()), float((rank + 1) % WORLD.Get_size())]
 
 
 @pytest.mark.timeout(60)  # without the fix: Open MPI 5.0.11 segfaulted in its basic component

@@ -73,6 +73,11 @@ PARSERS = {
 }
 
 
+#: What a rank refused among ``wrap``'s arguments, compared by :meth:`CommRuntime.agree_on_level`
+#: (the higher code wins: another argument's refusal is not the profile's).
+PROFILE_REFUSED, ARGUMENT_REFUSED = 1, 2
+
+
 class CommRuntime:
     """Everything sparsecoll keeps for one communicator handle.
 
@@ -234,7 +239,7 @@ class CommRuntime:
 
     # -- persistence levels (:mod:`.persistence`) --------------------------------------------------
     def agree_on_level(self, plan: Plan, given_options: dict, detects_grid: bool = False,
-                       wrapper_key: tuple = (), unusable_profile: ProfileError | None = None) -> Plan:
+                       wrapper_key: tuple = (), refused: Exception | None = None) -> Plan:
         """Check that every rank gave ``plan`` the same info keys, algorithm, options and executor,
         asked alike whether to detect a grid (``detects_grid``: wrap's ``grid=``, whose detection
         is collective) and gave the same ``wrapper_key`` (what else of wrap's arguments decides
@@ -243,19 +248,24 @@ class CommRuntime:
         sized by the weights: :meth:`.Plan.sized`; for ``auto``, keyed by what the ranks' profiles
         and ``verify_choice`` were: :meth:`.Plan.with_agreed_inputs`).
 
-        ``unusable_profile``: the error of a profile (file or argument) this rank could not use (profiles are
-        files of each host); it raises here on this rank, and a ProfileError saying so on every
-        other, instead of on this rank alone before the others wait in the allreduce."""
+        ``refused``: the error of an argument of ``wrap`` this rank refused (a profile, file or
+        argument: profiles are files of each host; any other argument, with ``plan`` a stand-in):
+        it raises here on this rank, and an error saying so on every other (a ProfileError where
+        only profiles were refused), instead of on this rank alone before the others wait in the
+        allreduce."""
         key = (plan.key, detects_grid, wrapper_key)
-        failed = int(unusable_profile is not None)
-        largest, inputs = levels.agree(self.private, plan.persistence, self.topology, key,
-                                       (*plan.decision_inputs(), failed))
-        if unusable_profile is not None:
-            raise unusable_profile
-        if inputs[-1][1]:
+        code = 0 if refused is None else PROFILE_REFUSED if isinstance(refused, ProfileError) else ARGUMENT_REFUSED
+        largest, inputs, some_refused = levels.agree(self.private, plan.persistence, self.topology, key,
+                                                     plan.decision_inputs(), code)
+        if refused is not None:
+            raise refused
+        if some_refused == ARGUMENT_REFUSED:
+            raise ValueError("wrap: another rank refused its arguments (its error names the argument); they "
+                             "decide every call's messages, so every rank must give the same, and no rank runs")
+        if some_refused:
             raise ProfileError("profile: another rank could not use its profile (its error names the file and "
                                "the key, or the argument); the choice of algorithm is collective, so no rank runs")
-        return plan.with_agreed_inputs(inputs[:-1]).sized(largest, given_options)
+        return plan.with_agreed_inputs(inputs).sized(largest, given_options)
 
     def prepare_strict(self, plan: Plan) -> None:
         """``cdag_strict_communication`` at wrap (collective): build what the first calls would.

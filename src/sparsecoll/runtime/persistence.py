@@ -132,8 +132,12 @@ def key_differs(comm: MPI.Comm, key: tuple) -> bool:
     return bool(highest[0] != -highest[1])
 
 
+#: The most integers a plan gives :func:`agree` (:meth:`sparsecoll.runtime.plan.Plan.decision_inputs`).
+DECISION_INPUTS = 2
+
+
 def agree(private: MPI.Comm, persistence: Persistence, topology, plan_key: tuple = (),
-          decision_inputs: tuple = ()) -> tuple:
+          decision_inputs: tuple = (), refused: int = 0) -> tuple:
     """Check, with one allreduce over ``private``, that every rank gave the same level and the
     same ``plan_key`` (the algorithm, options and executor: :attr:`~sparsecoll.runtime.plan.Plan.key`),
     collectively, and gather the range of ``decision_inputs`` (integers ranks may hold
@@ -145,18 +149,29 @@ def agree(private: MPI.Comm, persistence: Persistence, topology, plan_key: tuple
     if ``cdag_exact_byte_communications`` is set and some rank's topology has no weights, every
     rank raises ValueError naming the key. Either way no other message was sent. Returns, the same
     on every rank, under exact bytes the largest out-edge weight over all ranks (the largest block
-    of any call), else None; and the lowest and highest of each decision input over the ranks.
+    of any call), else None; the lowest and highest of each decision input over the ranks; and the
+    highest ``refused`` (a code of an argument this rank refused, 0 for none: a rank that refused
+    one holds a stand-in plan, so where a rank refused, nothing else is compared or raised here).
     """
     flags = numpy.array(persistence.flags(), dtype=numpy.int64)
-    inputs = numpy.array(decision_inputs, dtype=numpy.int64)
+    # padded to one length on every rank: ranks that gave different algorithms (auto's plan has
+    # inputs, a named one's none) must still pass equal counts to the allreduce that finds it
+    inputs = numpy.zeros(DECISION_INPUTS, dtype=numpy.int64)
+    inputs[:len(decision_inputs)] = decision_inputs
     weighted = is_weighted(topology)
     unweighted = int(persistence.exact_bytes and not weighted)
     largest = max((w for d, w in zip(topology.destinations, topology.dest_weights or ()) if d != PROC_NULL),
                   default=0) if persistence.exact_bytes and weighted else 0
     plan = key_fingerprint(plan_key)
-    local = numpy.concatenate([flags, -flags, [unweighted, largest, plan, -plan], inputs, -inputs])
+    local = numpy.concatenate([flags, -flags, [unweighted, largest, plan, -plan], inputs, -inputs, [refused]])
     agreed = numpy.empty_like(local)
     private.Allreduce(local, agreed, op=MPI.MAX)
+    refused_highest = int(agreed[-1])
+    agreed = agreed[:-1]
+    inputs_highest, inputs_lowest = numpy.split(agreed[2 * len(KEYS) + 4:], 2)
+    ranges = tuple((int(-low), int(high)) for low, high in zip(inputs_lowest, inputs_highest))[:len(decision_inputs)]
+    if refused_highest:
+        return None, ranges, refused_highest
     count = len(KEYS)
     highest, lowest = agreed[:count], -agreed[count:2 * count]
     differ = [key for key, high, low in zip(KEYS, highest, lowest) if high != low]
@@ -170,9 +185,7 @@ def agree(private: MPI.Comm, persistence: Persistence, topology, plan_key: tuple
     if some_unweighted:
         raise ValueError(f"{EXACT_BYTES}: the topology has no edge weights on some rank; the key says the "
                          f"weights are the exact bytes per edge, so it needs a weighted distributed graph")
-    inputs_highest, inputs_lowest = numpy.split(agreed[2 * count + 4:], 2)
-    ranges = tuple((int(-low), int(high)) for low, high in zip(inputs_lowest, inputs_highest))
-    return (int(largest_over_ranks) if persistence.exact_bytes else None), ranges
+    return (int(largest_over_ranks) if persistence.exact_bytes else None), ranges, 0
 
 
 class ExactBytesCheck:
