@@ -103,6 +103,7 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["simulate", "--params", "README.md"], "--params"),
     (["bench", "--np", "2", "--topology", "hotspot:root=5"], "root"),
     (["bench", "--topology", "stencil:d=-1"], "d:"), (["bench", "--topology", "stencil:n=0"], "n:"),
+    (["bench", "--np", "2", "--topology", "cart:d=0"], "d:"),
     (["bench", "--topology", "random:density=0.5,seed=-1"], "topology"), (["bench", "--seed=-2"], "--seed"),
     (["bench", "--algorithms", "loggp_tree+loggp=missing.json"], "loggp"),
     (["bench", "--algorithms", "direct,native,direct"], "--algorithms"),
