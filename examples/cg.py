@@ -45,16 +45,23 @@ COMPARE = ["native", "auto"]
 
 
 def read_matrix(path: Path) -> scipy.sparse.csr_matrix:
-    """The matrix in a Matrix Market file, as float64 CSR; exits unless it is symmetric with a positive diagonal."""
+    """The matrix in a Matrix Market file, as float64 CSR; exits unless it is real and symmetric with a
+    positive diagonal, and ``A @ ones`` (the right-hand side) is not zero."""
     try:
-        matrix = scipy.sparse.csr_matrix(scipy.io.mmread(str(path), spmatrix=False), dtype=numpy.float64)
+        read = scipy.io.mmread(str(path), spmatrix=False)
     except ValueError as exc:  # not a Matrix Market file
         raise SystemExit(f"--matrix {path}: {exc}") from None
+    if numpy.iscomplexobj(read):  # float64 would drop the imaginary parts and solve another matrix
+        raise SystemExit(f"--matrix {path}: this CG is real; the matrix is complex")
+    matrix = scipy.sparse.csr_matrix(read, dtype=numpy.float64)
     if matrix.shape[0] != matrix.shape[1]:
         raise SystemExit(f"--matrix {path}: CG needs a square matrix, this one is {matrix.shape}")
     if abs(matrix - matrix.T).max() > 0 or (matrix.diagonal() <= 0).any():
         raise SystemExit(f"--matrix {path}: CG needs a symmetric positive definite matrix; this one is not "
                          "symmetric or has a diagonal entry <= 0")
+    if not (matrix @ numpy.ones(matrix.shape[0])).any():  # x = 0 solves it: no iteration, nothing to exchange
+        raise SystemExit(f"--matrix {path}: b = A @ ones is zero (every row sums to 0, as in a graph Laplacian), "
+                         "so x = 0 solves A x = b without an iteration")
     matrix.sort_indices()
     return matrix
 

@@ -71,3 +71,23 @@ def test_cg_checks_a_singular_matrix_by_its_residual(tmp_path):
     run = _cg(2, "--matrix", str(tmp_path / "path.mtx"), "--partition", "block", "--repeat", "1")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "the matrix is singular" in run.stdout and "nan" not in run.stdout
+
+
+@pytest.mark.timeout(200)
+def test_cg_refuses_a_zero_right_hand_side_and_a_complex_matrix(tmp_path):
+    """A path graph's Laplacian (every row sums to 0, so b = A @ ones = 0) hung MPICH's ranks 1-3
+    while rank 0 died dividing by a zero exchange time; a complex Hermitian matrix was solved with
+    its imaginary parts dropped and reported 'ok'. Both: one line on every rank, a failing exit."""
+    import numpy
+    import scipy.io
+    import scipy.sparse
+    n = 40
+    laplacian = scipy.sparse.diags([-numpy.ones(n - 1), numpy.r_[1.0, 2 * numpy.ones(n - 2), 1.0],
+                                    -numpy.ones(n - 1)], [-1, 0, 1])
+    scipy.io.mmwrite(str(tmp_path / "laplacian.mtx"), laplacian.tocoo())
+    hermitian = scipy.sparse.diags([numpy.full(n - 1, -1j), numpy.full(n, 4.0), numpy.full(n - 1, 1j)], [-1, 0, 1])
+    scipy.io.mmwrite(str(tmp_path / "hermitian.mtx"), hermitian.tocoo())
+    for name, said in (("laplacian.mtx", "b = A @ ones is zero"), ("hermitian.mtx", "the matrix is complex")):
+        run = _cg(2, "--matrix", str(tmp_path / name), "--partition", "block", "--repeat", "1")
+        output = run.stdout + run.stderr
+        assert run.returncode != 0 and "Traceback" not in output and said in output, output[-3000:]

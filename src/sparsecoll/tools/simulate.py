@@ -135,8 +135,8 @@ def run(args) -> int:
     try:
         if args.ranks < 1:
             raise ValueError(f"--ranks: expected at least 1, got {args.ranks}")
-        if specs.parse(args.topology, graph=True).kind == "matrix":
-            specs.generate(args.topology, args.ranks)  # reads the file: a bad one is the user's error
+        # reads a matrix file and checks the values (root=R < ranks, a probability): the user's errors
+        specs.generate(args.topology, args.ranks)
         try:
             sizes = [int(s) for s in args.sizes.split(",")]
         except ValueError:

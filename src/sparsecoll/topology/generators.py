@@ -112,7 +112,7 @@ def random_sparse(size: int, density: float, seed: int = 0) -> Adjacency:
 
 def sparse_alltoall(size: int, p: float, seed: int = 0) -> Adjacency:
     """The SC12 paper's sparse alltoall pattern A(s, p): an Erdős–Rényi digraph with probability ``p``."""
-    adjacency = random_sparse(size, p, seed)
+    adjacency = random_sparse(size, _check_probability(p, "p"), seed)  # a bad p named as p, not as density
     return Adjacency(size, adjacency.sources, adjacency.destinations, name="sparse-alltoall",
                      params={"p": adjacency.params["density"], "seed": seed})
 

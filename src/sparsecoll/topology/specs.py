@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy
 
+from ..checks import positive_integer
 from . import generators
 from .generators import Adjacency, stencil_offsets
 
@@ -118,6 +119,8 @@ def _parse(text) -> Spec:
     missing = [key for key in kind.types if key not in params and key not in kind.defaults]
     if missing:
         raise ValueError(f"topology: {name!r} needs {', '.join(missing)} ({kind.syntax}), got {text!r}")
+    if name == "cart":  # no generator checks it (cart:d=0 made a grid of one rank and left the others waiting)
+        positive_integer(params.get("d", kind.defaults["d"]), "d")
     return Spec(name, {**kind.defaults, **params}, text)
 
 
