@@ -91,3 +91,13 @@ def test_cg_refuses_a_zero_right_hand_side_and_a_complex_matrix(tmp_path):
         run = _cg(2, "--matrix", str(tmp_path / name), "--partition", "block", "--repeat", "1")
         output = run.stdout + run.stderr
         assert run.returncode != 0 and "Traceback" not in output and said in output, output[-3000:]
+
+
+@pytest.mark.timeout(200)
+def test_cg_checks_every_solve_the_warm_up_too():
+    """The warm-up solve is where auto's online check alternates its choice with the library's call;
+    only the last solve of each variant was checked, so wrong data there would have passed."""
+    run = _cg(2, "--partition", "block", "--repeat", "2")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    checked = [line for line in run.stdout.splitlines() if "3 solves (the warm-up too)" in line]
+    assert [line.split(":")[1].strip() for line in checked] == ["native", "auto"], run.stdout
