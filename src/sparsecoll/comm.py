@@ -28,13 +28,13 @@ import numpy
 from mpi4py import MPI
 
 from .buffers import buffer_object, parse_simple
-from .checks import is_integer, positive_integer
+from .checks import is_integer, nonnegative_integer, positive_integer
 from .execute import DEFAULT_EXECUTOR
 from .hierarchy import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name, objects
 from .hierarchy.handles import hierarchies, hierarchy_of, options_key
 from .hierarchy.offsets import exclusive_sum
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
-from .model.profile import BUILTIN, ProfileError
+from .model.profile import BUILTIN, FORMS, ProfileError
 from .pattern import family_of
 from .runtime import CommRuntime, PendingPrivate, Plan, auto, existing_runtime, make_plan, release_runtime, runtime_of
 from .runtime import persistence as levels
@@ -332,7 +332,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         :meth:`global_stats` instead (the lowercase object ones: ask :meth:`global_stats`).
         """
         if collective in GLOBAL_COLLECTIVES and collective[0].isupper():  # "Allreduce", "Bcast", ...
-            return self.global_stats(collective)
+            return self.global_stats(checked_global_stats_query(collective, block_bytes, form))
         family_of(collective)
         runtime = self._sc_runtime
         if runtime is None:
@@ -805,9 +805,11 @@ class Intracomm(GlobalCollectivesMixin, MPI.Intracomm):
 
     _sc_requested = "auto"  # the algorithm wrap() was given (copies made by Dup get the same)
 
-    def plan_stats(self, collective: str, **_) -> dict:
-        """What the last call of the global collective ``collective`` ran and why (:meth:`global_stats`)."""
-        return self.global_stats(collective)
+    def plan_stats(self, collective: str, *, block_bytes: int = 8, form: str = "blocking") -> dict:
+        """What the last call of the global collective ``collective`` ran and why (:meth:`global_stats`);
+        ``block_bytes`` and ``form`` are checked as for a neighborhood collective (see
+        :func:`checked_global_stats_query`)."""
+        return self.global_stats(checked_global_stats_query(collective, block_bytes, form))
 
     def _sc_adopt(self, new):
         """Wrap a communicator made from this one (collective) with the same options."""
@@ -1020,6 +1022,21 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
         runtime.prepare_strict(plan)
     wrapped._sc_bind_native()
     return wrapped
+
+
+def checked_global_stats_query(collective: str, block_bytes, form: str) -> str:
+    """``collective`` once ``plan_stats``' other arguments for a global collective are checked (local).
+
+    ``global_stats`` describes the last blocking call (its size is that call's), so ``block_bytes``
+    is only checked; a nonblocking or persistent global collective is always the library's call,
+    with nothing of sparsecoll's to describe: ValueError naming ``form``."""
+    nonnegative_integer(block_bytes, "block_bytes")
+    if form not in FORMS:
+        raise ValueError(f"form: expected one of {list(FORMS)}, got {form!r}")
+    if form != "blocking":
+        raise ValueError(f"form: {collective}'s {form} calls are the library's own; plan_stats describes "
+                         f"the last blocking call (form='blocking')")
+    return collective
 
 
 def _check_hierarchy_options(options: dict) -> None:

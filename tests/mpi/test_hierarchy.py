@@ -925,6 +925,16 @@ def test_auto_keeps_the_library_on_one_node_unless_asked():
             WORLD.Allreduce(data, expected)
             assert got.tolist() == expected.tolist()
         assert asked.plan_stats("Allreduce")["algorithm"] == "universal hierarchical"
+        # plan_stats' other arguments are checked for a global collective too (they were dropped:
+        # form="persistent" described the last blocking call; nonblocking and persistent global
+        # collectives are the library's)
+        ring = sparsecoll.wrap(WORLD.Create_cart([SIZE], periods=[True]), "direct", global_collectives="hierarchical")
+        for arguments, named in (({"form": "bogus"}, "form"), ({"form": "persistent"}, "form"),
+                                 ({"block_bytes": -1}, "block_bytes")):
+            for comm in (asked, ring):
+                with pytest.raises(ValueError, match=named):
+                    comm.plan_stats("Allreduce", **arguments)
+        ring.Free()
         stats = bare.plan_stats("Allreduce")
         if one_node:
             assert stats["algorithm"] == "library" and stats["reason"].startswith("one node")
