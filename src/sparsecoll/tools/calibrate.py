@@ -44,14 +44,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default=None,
                         help="file to write (default: profile: this host's profile in the user's cache directory; "
                              "hockney, loggp: sparsecoll-params.json)")
-    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
-                        help="message sizes in bytes, comma separated")
+    parser.add_argument("--sizes", default=None,
+                        help=f"hockney, loggp: message sizes in bytes, comma separated (default "
+                             f"{','.join(map(str, DEFAULT_SIZES))})")
     parser.add_argument("--reps", type=int, default=None,
                         help=f"repetitions per variant (profile, default {PROFILE_REPS}: at 4 ranks per core the "
                              f"fit of 400 moved by 20%% between runs, of 2000 by 5%%) or per size (hockney, loggp, "
                              f"default {PARAMETER_REPS})")
-    parser.add_argument("--pair-class", default="socket", choices=LEVELS[1:],
-                        help="the pair class the two ranks form (default: socket)")
+    parser.add_argument("--pair-class", default=None, choices=LEVELS[1:],
+                        help="hockney, loggp: the pair class the two ranks form (default: socket)")
     parser.add_argument("--np", type=int, default=2,
                         help="ranks to launch when not already under mpiexec (default 2); more ranks than "
                              "cores get the launcher's oversubscription settings, as the benchmark does")
@@ -59,11 +60,18 @@ def add_arguments(parser) -> None:
                         help="profile: auto's per-call, per-step and per-message costs (default); hockney: "
                              "ping-pong fit of alpha, beta; loggp: o and G from bursts, L from round trips, "
                              "every pair at once")
-    parser.add_argument("--bursts", default=",".join(map(str, DEFAULT_BURSTS)),
-                        help="loggp: messages per step, comma separated")
-    parser.add_argument("--pairs", default="one", choices=PAIRS,
-                        help="one: ranks 0-1 ping-pong, the others idle in the barrier; "
+    parser.add_argument("--bursts", default=None,
+                        help=f"loggp: messages per step, comma separated "
+                             f"(default {','.join(map(str, DEFAULT_BURSTS))})")
+    parser.add_argument("--pairs", default=None, choices=PAIRS,
+                        help="hockney, loggp: one: ranks 0-1 ping-pong, the others idle in the barrier (default); "
                              "all: every pair (2i, 2i+1) at once, maximum over pairs")
+
+
+#: The options of the hockney and loggp fits, with their defaults (the profile measures its own sizes).
+FIT_OPTIONS = {"--sizes": ("sizes", ",".join(map(str, DEFAULT_SIZES))),
+               "--bursts": ("bursts", ",".join(map(str, DEFAULT_BURSTS))),
+               "--pair-class": ("pair_class", "socket"), "--pairs": ("pairs", "one")}
 
 
 def _main(args) -> int:
@@ -220,6 +228,13 @@ def run(args) -> int:
         args.reps = PROFILE_REPS if args.model == "profile" else PARAMETER_REPS
     if args.reps < 1:
         raise SystemExit(f"calibrate: --reps expects at least 1, got {args.reps}")
+    given = [option for option, (name, _) in FIT_OPTIONS.items() if getattr(args, name) is not None]
+    if args.model == "profile" and given:  # it was accepted and had no effect
+        raise SystemExit(f"calibrate: {given[0]} is an option of --model hockney or loggp; the profile "
+                         f"measures its own sizes and pairs")
+    for name, default in FIT_OPTIONS.values():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     for option, text in (("--sizes", args.sizes), ("--bursts", args.bursts)):
         try:
             values = [int(value) for value in text.split(",")]
@@ -239,7 +254,7 @@ def run(args) -> int:
         raise SystemExit(f"calibrate: {exc}") from None
     if not inside_mpi_launch():
         out = ["--out", args.out] if args.out else []
-        return relaunch(args.np, ["calibrate", *out, "--sizes", args.sizes, "--reps", str(args.reps),
-                                  "--pair-class", args.pair_class, "--pairs", args.pairs, "--model", args.model,
-                                  "--bursts", args.bursts])
+        fit = [] if args.model == "profile" else [
+            word for option, (name, _) in FIT_OPTIONS.items() for word in (option, getattr(args, name))]
+        return relaunch(args.np, ["calibrate", *out, "--reps", str(args.reps), "--model", args.model, *fit])
     return _main(args)
