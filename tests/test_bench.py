@@ -284,6 +284,15 @@ def test_matrix_partition_is_consistent():
             assert rank in destinations[s] and needed[(s, rank)] > 0
 
 
+def test_matrix_partition_reads_a_dense_matrix_market_file(tmp_path):
+    """The 'array' format (dense) reads as a numpy array, which has no tocsr (AttributeError)."""
+    import scipy.io
+    banded = numpy.eye(6) + numpy.eye(6, k=1) + numpy.eye(6, k=-1)
+    scipy.io.mmwrite(str(tmp_path / "dense.mtx"), banded)
+    sources, destinations, _, rows = matrix_partition(tmp_path / "dense.mtx", 3)
+    assert rows == [2, 2, 2] and sources == destinations == [[1], [0, 2], [1]]
+
+
 def test_variants_label_one_column_per_executor_and_native_auto_once():
     import sparsecoll
     from sparsecoll.tools.bench.runner import DEFAULT_EXECUTOR, variants

@@ -97,6 +97,7 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["simulate", "--topology", "random:density=2"], "density"),
     (["bench", "--topology", "sparse-alltoall:p=2"], "p:"), (["calibrate", "--sizes", "abc"], "--sizes"),
     (["calibrate", "--bursts", "0"], "--bursts"),
+    (["bench", "--topology", "matrix:README.md"], "topology: matrix:README.md: Line 1: Not a Matrix Market file"),
     (["calibrate", "--sizes", "0"], "--sizes is an option of --model hockney or loggp"),
     (["calibrate", "--pairs", "all"], "--pairs is an option of --model hockney or loggp"),
     (["calibrate", "--model", "hockney", "--sizes", "8"], "--sizes"),
@@ -118,7 +119,8 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["bench", "--executors", "steps+foo=1"], "--executors"),
     (["calibrate", "--out", "/proc/profile.json"], "--out"), (["bench", "--out", "/proc/bench"], "--out"),
     (["calibrate", "--out", ""], "--out: an empty path"), (["bench", "--out", ""], "--out: an empty path"),
-    (["simulate", "--ranks", "4", "--topology", "matrix:README.md"], "Line 1: Not a Matrix Market file")])
+    (["simulate", "--ranks", "4", "--topology", "matrix:README.md"],
+     "topology: matrix:README.md: Line 1: Not a Matrix Market file")])
 def test_bad_options_stop_with_one_line_before_any_work(argv, named):
     """An option out of range is a one-line error naming it (no traceback, no launch)."""
     run = run_cli(argv, blocked=())

@@ -152,7 +152,12 @@ def matrix_partition(path, size: int):
     rank owns.
     """
     import scipy.io
-    matrix = scipy.io.mmread(str(path), spmatrix=False).tocsr()
+    import scipy.sparse
+    try:
+        matrix = scipy.io.mmread(str(path), spmatrix=False)
+    except ValueError as error:  # scipy's message ("Line 1: Not a Matrix Market file") names no file
+        raise ValueError(f"topology: matrix:{path}: {error}") from None
+    matrix = scipy.sparse.csr_matrix(matrix)
     nrows, ncols = matrix.shape
     row_owner = numpy.minimum(numpy.arange(nrows) * size // max(nrows, 1), size - 1)
     col_owner = numpy.minimum(numpy.arange(ncols) * size // max(ncols, 1), size - 1)
