@@ -8,6 +8,8 @@ programs cover the executors on every algorithm besides.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy
 import pytest
 from mpi4py import MPI
@@ -543,3 +545,62 @@ def test_a_put_past_mpis_int_names_its_target_bytes_by_a_datatype(ring, executor
         assert counts and max(counts) <= _WindowWithASmallCountLimit.LIMIT
     finally:
         comm.Free()
+
+
+class _WindowThatChecksItsOrigins(MPI.Win):
+    """A window that records a weak reference to the array behind the origin buffer of each
+    ``Accumulate``, and counts in ``DEAD`` those already gone at the ``Flush_all`` that completes
+    them: MPI may read an origin buffer at any time until then (MPI-4.1 12.7), as MPICH did when
+    its shared-memory queue was full of large puts."""
+
+    DEAD: list = []
+
+    def Accumulate(self, origin, target_rank, target=None, op=MPI.SUM):
+        owner = origin[0]
+        while getattr(owner, "base", None) is not None:
+            owner = owner.base
+        self.__dict__.setdefault("origins", []).append(weakref.ref(owner))
+        return super().Accumulate(origin, target_rank, target, op)
+
+    def Flush_all(self):
+        origins = self.__dict__.pop("origins", [])
+        self.DEAD.append(sum(1 for ref in origins if ref() is None))
+        return super().Flush_all()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("form", ["blocking", "persistent"])
+def test_canary_tail_words_live_until_their_accumulates_complete(form, monkeypatch):
+    """The canary's tail write of each message (an ``Accumulate`` of its last 8 bytes) read its
+    origin from an array that was freed as the next message's was made, before the
+    ``Flush_all`` that completes them. MPICH read such origins late under 1-3 MiB puts: an
+    ``Neighbor_alltoallv`` of vector-typed blocks on a graph with repeated edges (3 ranks) got
+    the last element of one block from another message. Here every origin must still be alive
+    at the flush, with two messages per rank (itself and the next rank)."""
+    monkeypatch.setattr(rma, "create_window",
+                        lambda comm: _WindowThatChecksItsOrigins(MPI.Win.Create_dynamic(MPI.INFO_NULL, comm)))
+    monkeypatch.setattr(_WindowThatChecksItsOrigins, "DEAD", [])
+    graph = WORLD.Create_dist_graph_adjacent([RANK, (RANK - 1) % SIZE], [RANK, (RANK + 1) % SIZE])
+    comm = sparsecoll.wrap(graph, "direct", executor="rma_canary")
+    try:
+        failures = []
+        send, recv = numpy.zeros(2 * 3), numpy.zeros(2 * 3)
+        request = comm.Neighbor_alltoall_init(send, recv) if form == "persistent" else None
+        for salt in range(3):
+            send[:] = [RANK * 1000 + k + salt * 0.5 for k in range(2 * 3)]
+            recv[:] = -1.0
+            if request is None:
+                comm.Neighbor_alltoall(send, recv)
+            else:
+                request.Start()
+                request.Wait()
+            if recv.tobytes() != _library_alltoall(comm, send, 3).tobytes():
+                failures.append(f"{form} salt={salt} rank {RANK}: {recv}")
+        if request is not None:
+            request.Free()
+        dead = sum(_WindowThatChecksItsOrigins.DEAD)
+        if dead:
+            failures.append(f"rank {RANK}: {dead} tail origins freed before their flush")
+        _agree(failures)
+    finally:
+        comm.Free()  # the graph's handle too

@@ -624,11 +624,15 @@ class RmaRun:
                 tails.append(s)
         for peer in step.out_peers:
             window.Flush(peer)
-        for s in tails:
+        # the tail words stay alive until the Flush_all below completes their accumulates (an
+        # origin buffer must not be reused before that; one array per word was freed as the
+        # next was made, and a later tail's bytes landed in an earlier message's tail)
+        words = numpy.zeros(len(tails), dtype=numpy.uint64)
+        for k, s in enumerate(tails):
             target = step.target_address(s)
             end = target + s.nbytes
             if s.nbytes >= WORD and end % WORD == 0:
-                word = numpy.zeros(1, dtype=numpy.uint64)
+                word = words[k:k + 1]
                 _copy_last_bytes(s.segments, word.ctypes.data)
                 window.Accumulate([word, 1, MPI.UINT64_T], s.peer, [end - WORD, 1, MPI.UINT64_T], MPI.REPLACE)
                 if int(word[0]) != CANARY:
