@@ -474,19 +474,26 @@ def test_a_checked_request_refuses_a_second_start_and_frees_both_before_its_verd
     (numpy.zeros(64, dtype="u1"), "method"),           # at the limit: the class the library does not hold
     (numpy.zeros((4, 8), dtype="f8"), "method"),       # 256 bytes, whatever the shape
     (numpy.zeros((2, 3), dtype="f8"), "library"),      # 48 bytes
-    ([numpy.zeros(8, dtype="u1"), MPI.BYTE], "library"),           # a buffer spec: its array's bytes
-    ((numpy.zeros(100, dtype="u1"), 8, MPI.BYTE), "method"),       # its count says 8: the array says more
-    ([numpy.zeros(64, dtype="u1"), (8, 0), MPI.BYTE], "method"),
+    ([numpy.zeros(8, dtype="u1"), MPI.BYTE], "library"),           # a buffer spec: 2 blocks of 4 bytes
+    ((numpy.zeros(100, dtype="u1"), 8, MPI.BYTE), "library"),      # its count says 2 x 8 bytes, whatever the array
+    ((numpy.zeros(100, dtype="u1"), 32, MPI.BYTE), "method"),      # 2 x 32 bytes: at the limit
+    ((numpy.zeros(8, dtype="u1"), 2048, MPI.BYTE), "method"),      # blocks past a small array: their size decides
+    ([MPI.BOTTOM, 8, MPI.BYTE], "library"),            # absolute addresses: the count says
+    ([numpy.zeros(64, dtype="u1"), (8, 0), MPI.BYTE], "method"),   # a spec the rule cannot read: the parse
     (bytearray(8), "method"),                          # not an array: the parse decides
     ([], "method"),
     ([bytearray(8), MPI.BYTE], "method"),
 ])
-def test_the_library_shortcut_sends_only_arrays_under_its_limit_to_the_library(recv, expected):
-    """A call goes to the library's method only where its receive array (the buffer or its spec's
-    first entry) is a NumPy array of fewer bytes than the limit; anything else takes the parse."""
+def test_the_library_shortcut_sends_only_calls_receiving_under_its_limit_to_the_library(recv, expected):
+    """A call goes to the library's method only where it receives fewer bytes than the limit: a
+    NumPy receive array's bytes, or a buffer spec's block bytes (:func:`spec_block_bytes`) times the
+    in-degree (2 here); anything else takes the parse. A spec's array used to decide: a rank whose
+    2 KiB blocks reach past an 8-byte view ran the library while ranks that passed the whole array
+    ran the table's choice for 2 KiB, and every rank waited for good (auto, 3 ranks)."""
     ran = []
     shortcut = library_shortcut({"blocking": 64, "nonblocking": 0}, "blocking",
-                                lambda s, r: ran.append(("library", s, r)), lambda s, r: ran.append(("method", s, r)))
+                                lambda s, r: ran.append(("library", s, r)), lambda s, r: ran.append(("method", s, r)),
+                                indegree=2)
     send = numpy.ones(8, dtype="u1")
     shortcut(send, recv)
     assert len(ran) == 1 and ran[0][0] == expected and ran[0][1] is send and ran[0][2] is recv

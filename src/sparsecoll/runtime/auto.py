@@ -23,8 +23,8 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   called with goes straight to the library (the wrapper then calls the library's method
   itself, with no sparsecoll code on the path: :func:`wrapper_methods`, which the wrapper installs).
   A form whose table says ``native`` for every class below some size gets a shortcut: a
-  call whose numpy receive array (plain or in a buffer spec) is smaller than that goes to the library after one
-  comparison (:attr:`AutoDispatch.library_below`), since parsing the arguments to find the
+  call that receives fewer bytes than that (a plain numpy array's, or a buffer spec's blocks)
+  goes to the library after one comparison (:attr:`AutoDispatch.library_below`), since parsing the arguments to find the
   class costs a microsecond, which several ranks per core turn into tens. Even that comparison
   costs 0.1-0.25 us, which 8 ranks on 2 cores turn into 3-9 us (1.155 x Open MPI's 8 B Moore
   allgather before it was trimmed; :func:`library_shortcut`); where the profile's
@@ -422,6 +422,11 @@ class AutoDispatch:
             return 0
         first = next((c for c, name in enumerate(row) if name != model.NATIVE), model.CLASSES)
         return 0 if first == 0 else indegree * 2 ** (first - 1)
+
+    @property
+    def in_blocks(self) -> int:
+        """The receive blocks of a regular call (its in-degree; 0 for the v/w forms)."""
+        return self._in_blocks
 
     def native_forms(self) -> tuple:
         """Forms whose every call goes to the library, for good (a wrapper may then call the
@@ -831,21 +836,26 @@ def wrapper_methods(dispatch: AutoDispatch, library: dict, class_method) -> dict
         method = class_method(form)
         settled = None if dispatch.by_weights else dispatch.settled_method(form, method)
         if dispatch.library_below.get(form):  # outermost: one comparison sends a small call to the library
-            methods[form] = library_shortcut(dispatch.library_below, form, library[form], settled or method)
+            methods[form] = library_shortcut(dispatch.library_below, form, library[form], settled or method,
+                                             dispatch.in_blocks)
         elif settled is not None:
             methods[form] = settled
     return methods
 
 
-def library_shortcut(limits: dict, form: str, library_method, method):
-    """``method`` (a wrapper's auto method) with calls whose receive array is smaller than
-    ``limits[form]`` bytes sent straight to ``library_method`` (:attr:`AutoDispatch.library_below`).
+def library_shortcut(limits: dict, form: str, library_method, method, indegree: int = 1):
+    """``method`` (a wrapper's auto method) with calls that receive fewer than ``limits[form]``
+    bytes sent straight to ``library_method`` (:attr:`AutoDispatch.library_below`).
 
-    The receive array is ``recvbuf`` itself or the first entry of its buffer spec (a list or
-    tuple); the blocks a valid call receives lie in it, so their bytes are at most its size,
-    whatever the spec's count, displacement or datatype say: a smaller array means a smaller class.
-    The limit is read once, here: a wrapper installs a new shortcut after every decision
-    (:meth:`AutoDispatch.on_decision`).
+    A plain receive array is what mpi4py splits over the ``indegree`` receive blocks, so its size
+    is the bytes the call receives. A buffer spec (a list or tuple) receives ``indegree`` blocks
+    of :func:`spec_block_bytes` (the rule :func:`quick_size_class` reads), not its array's size:
+    MPI and mpi4py take a spec whose blocks reach past its array (``[big[:8], 2048, MPI.BYTE]``:
+    memory the program owns beyond the view), and a rank that passed one, small array and large
+    blocks, ran the library while its peers ran the table's choice for that size, and every rank
+    waited for good. A spec that rule cannot read, and anything else, takes ``method`` (the parse
+    names a block past its buffer). The limit is read once, here: a wrapper installs a new
+    shortcut after every decision (:meth:`AutoDispatch.on_decision`).
 
     Every line here runs on each of the form's calls, so it is as short as it can be: a plain
     array (the common case) costs one type test and its ``nbytes``. That matters more than its
@@ -860,14 +870,14 @@ def library_shortcut(limits: dict, form: str, library_method, method):
     limit = limits[form]
 
     def shortcut(sendbuf, recvbuf):
-        array = recvbuf
-        if type(array) is not ndarray:
-            if type(array) in specs and array:
-                array = array[0]
-            if type(array) is not ndarray:
-                return method(sendbuf, recvbuf)
-        if array.nbytes < limit:
-            return library_method(sendbuf, recvbuf)
+        kind = type(recvbuf)
+        if kind is ndarray:
+            if recvbuf.nbytes < limit:
+                return library_method(sendbuf, recvbuf)
+        elif kind in specs:
+            block = spec_block_bytes(recvbuf, indegree)
+            if 0 <= block and block * indegree < limit:
+                return library_method(sendbuf, recvbuf)
         return method(sendbuf, recvbuf)
     shortcut.__name__, shortcut.__doc__ = method.__name__, method.__doc__
     return shortcut
