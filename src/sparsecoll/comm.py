@@ -34,7 +34,7 @@ from .hierarchy import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name, ob
 from .hierarchy.handles import hierarchies, hierarchy_of, options_key
 from .hierarchy.offsets import exclusive_sum
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
-from .model.profile import BUILTIN, FORMS, ProfileError
+from .model.profile import FORMS
 from .pattern import family_of
 from .runtime import CommRuntime, PendingPrivate, Plan, auto, existing_runtime, make_plan, release_runtime, runtime_of
 from .runtime import persistence as levels
@@ -973,32 +973,25 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
         raise ValueError("comm: is MPI.COMM_NULL")
     grid_option = options.pop(cartesian_topology.GRID_OPTION, None)  # the handle's, for every algorithm
     # Arguments are checked here, with no message sent, but raised at the agreement below on a rank
-    # that refuses its own alone: the others would wait in its allreduce for good.
+    # that refuses its own alone (a profile is each host's file): the others would wait in its
+    # allreduce for good. A refusing rank takes part with a stand-in plan, which nothing compares.
     refused = None
     try:
-        if topology is not None:  # before the runtime keeps it for the handle
-            if not isinstance(topology, Topology):
-                raise TypeError(f"topology: expected a sparsecoll Topology or None, got {type(topology).__name__}")
-            if (topology.rank, topology.size) != (comm.Get_rank(), comm.Get_size()):
-                raise ValueError(f"topology: is rank {topology.rank} of {topology.size}, the communicator's "
-                                 f"rank {comm.Get_rank()} of {comm.Get_size()}")
-        _check_hierarchy_options(hierarchy_options)
-        if global_collectives not in GLOBAL_COLLECTIVE_CHOICES:
-            raise ValueError(f"global_collectives: expected one of {GLOBAL_COLLECTIVE_CHOICES}, "
-                             f"got {global_collectives!r}")
-        persistence = levels.level(info, comm)
-        try:
-            plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice,
-                             persistence, executor_options)
-        except ProfileError as error:  # this rank's profile (profiles are each host's files)
-            refused = error
-            fallback = BUILTIN if algorithm == "auto" else None  # a named algorithm takes no profile
-            plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, fallback, verify_choice,
-                             persistence, executor_options)
+        _check_topology(topology, comm)
     except (TypeError, ValueError) as error:
-        refused, topology = error, None
-        persistence = levels.level()
-        plan = make_plan("direct", {}, False, comm.Get_size(), DEFAULT_EXECUTOR, None, None, persistence, None)
+        refused, topology = error, None  # not kept for the handle's runtime
+    if refused is None:
+        try:
+            _check_hierarchy_options(hierarchy_options)
+            if global_collectives not in GLOBAL_COLLECTIVE_CHOICES:
+                raise ValueError(f"global_collectives: expected one of {GLOBAL_COLLECTIVE_CHOICES}, "
+                                 f"got {global_collectives!r}")
+            plan = make_plan(algorithm, options, rebind, comm.Get_size(), executor, profile, verify_choice,
+                             levels.level(info, comm), executor_options)
+        except (TypeError, ValueError) as error:  # a ProfileError too
+            refused = error
+    if refused is not None:
+        plan = make_plan("direct", {}, False, comm.Get_size(), DEFAULT_EXECUTOR, None, None, levels.level(), None)
     if isinstance(comm, NeighborhoodMixin):
         wrapper_class = type(comm)  # keeps subclasses such as CartNeighborhoodComm
     else:
@@ -1018,7 +1011,7 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     wrapped.__dict__.update(_sc_plan=plan, _sc_runtime=runtime, _sc_hierarchy_options=hierarchy_options,
                             _sc_global_native=global_collectives == "library")
     wrapped._sc_bind_library_globals()
-    if persistence.strict:
+    if plan.persistence.strict:
         runtime.prepare_strict(plan)
     wrapped._sc_bind_native()
     return wrapped
@@ -1037,6 +1030,17 @@ def checked_global_stats_query(collective: str, block_bytes, form: str) -> str:
         raise ValueError(f"form: {collective}'s {form} calls are the library's own; plan_stats describes "
                          f"the last blocking call (form='blocking')")
     return collective
+
+
+def _check_topology(topology: Topology | None, comm) -> None:
+    """Check wrap's ``topology`` argument against the communicator (local)."""
+    if topology is None:
+        return
+    if not isinstance(topology, Topology):
+        raise TypeError(f"topology: expected a sparsecoll Topology or None, got {type(topology).__name__}")
+    if (topology.rank, topology.size) != (comm.Get_rank(), comm.Get_size()):
+        raise ValueError(f"topology: is rank {topology.rank} of {topology.size}, the communicator's "
+                         f"rank {comm.Get_rank()} of {comm.Get_size()}")
 
 
 def _check_hierarchy_options(options: dict) -> None:

@@ -37,6 +37,10 @@ from sparsecoll.model.profile import LEVELS, default_path, library_version
 
 #: Default repetitions of ``--model profile`` (per variant) and of ``hockney`` / ``loggp`` (per size).
 PROFILE_REPS, PARAMETER_REPS = 2000, 200
+#: The options of the hockney and loggp fits, with their defaults (the profile measures its own sizes).
+FIT_OPTIONS = {"--sizes": ("sizes", ",".join(map(str, DEFAULT_SIZES))),
+               "--bursts": ("bursts", ",".join(map(str, DEFAULT_BURSTS))),
+               "--pair-class": ("pair_class", "socket"), "--pairs": ("pairs", "one")}
 
 
 def add_arguments(parser) -> None:
@@ -46,13 +50,14 @@ def add_arguments(parser) -> None:
                              "hockney, loggp: sparsecoll-params.json)")
     parser.add_argument("--sizes", default=None,
                         help=f"hockney, loggp: message sizes in bytes, comma separated (default "
-                             f"{','.join(map(str, DEFAULT_SIZES))})")
+                             f"{FIT_OPTIONS['--sizes'][1]})")
     parser.add_argument("--reps", type=int, default=None,
                         help=f"repetitions per variant (profile, default {PROFILE_REPS}: at 4 ranks per core the "
                              f"fit of 400 moved by 20%% between runs, of 2000 by 5%%) or per size (hockney, loggp, "
                              f"default {PARAMETER_REPS})")
     parser.add_argument("--pair-class", default=None, choices=LEVELS[1:],
-                        help="hockney, loggp: the pair class the two ranks form (default: socket)")
+                        help=f"hockney, loggp: the pair class the two ranks form (default: "
+                             f"{FIT_OPTIONS['--pair-class'][1]})")
     parser.add_argument("--np", type=int, default=2,
                         help="ranks to launch when not already under mpiexec (default 2); more ranks than "
                              "cores get the launcher's oversubscription settings, as the benchmark does")
@@ -61,17 +66,10 @@ def add_arguments(parser) -> None:
                              "ping-pong fit of alpha, beta; loggp: o and G from bursts, L from round trips, "
                              "every pair at once")
     parser.add_argument("--bursts", default=None,
-                        help=f"loggp: messages per step, comma separated "
-                             f"(default {','.join(map(str, DEFAULT_BURSTS))})")
+                        help=f"loggp: messages per step, comma separated (default {FIT_OPTIONS['--bursts'][1]})")
     parser.add_argument("--pairs", default=None, choices=PAIRS,
-                        help="hockney, loggp: one: ranks 0-1 ping-pong, the others idle in the barrier (default); "
+                        help="hockney, loggp: one (default): ranks 0-1 ping-pong, the others idle in the barrier; "
                              "all: every pair (2i, 2i+1) at once, maximum over pairs")
-
-
-#: The options of the hockney and loggp fits, with their defaults (the profile measures its own sizes).
-FIT_OPTIONS = {"--sizes": ("sizes", ",".join(map(str, DEFAULT_SIZES))),
-               "--bursts": ("bursts", ",".join(map(str, DEFAULT_BURSTS))),
-               "--pair-class": ("pair_class", "socket"), "--pairs": ("pairs", "one")}
 
 
 def _main(args) -> int:
