@@ -330,17 +330,15 @@ def main(argv=None) -> int:
     except ValueError as exc:
         raise SystemExit(f"cg.py: {exc}") from None
 
-    results = {algorithm: [] for algorithm in algorithms}
-    warm_ups = {}
+    every_solve = {algorithm: [] for algorithm in algorithms}
     for repetition in range(args.repeat + 1):  # repetition 0 warms up (builds the patterns); not timed
         turn = repetition % len(algorithms)  # interleaved, each in every position in turn, so that load on
         for algorithm in algorithms[turn:] + algorithms[:turn]:  # a shared machine hits all variants alike
-            solve = conjugate_gradient(dist, comms[algorithm], b, args.tol, args.iterations, args.persistent)
-            if repetition > 0:
-                results[algorithm].append(solve)
-            else:  # checked too: auto's online check alternates its choice with the library's call here
-                warm_ups[algorithm] = solve
-    every_solve = {algorithm: [warm_ups[algorithm]] + results[algorithm] for algorithm in algorithms}
+            every_solve[algorithm].append(
+                conjugate_gradient(dist, comms[algorithm], b, args.tol, args.iterations, args.persistent))
+    # timed: all but the warm-up, which is checked too (auto's online check alternates its choice
+    # with the library's call there)
+    results = {algorithm: solves[1:] for algorithm, solves in every_solve.items()}
 
     # per solve: the slowest rank's times; per variant: the median over the solves, and the quartiles
     # of its exchange's ratio to native's in the same repetition (the two solves ran next to each other)
