@@ -47,11 +47,12 @@ NOISE = ("OSC UCX component priority set inside component query failed",)
 
 def _report(output: str, limit: int) -> str:
     """The last ``limit`` characters of ``output`` without the lines of :data:`NOISE` and blank
-    lines, after the last tests the ranks started (pytest -v names them), which a tail of stack
-    dumps would cut."""
+    lines, after what a tail of stack dumps would cut: the last tests the ranks started (pytest -v
+    names them) and what each rank's watchdog said it waits on (``tests/mpi/conftest.py``)."""
     kept = [line for line in output.splitlines() if line.strip() and not any(n in line for n in NOISE)]
-    started = [line for line in kept if "::" in line and " PASSED" not in line][-8:]
-    return "\n".join(["last tests started:", *started, "end of the output:", "\n".join(kept)[-limit:]])
+    stuck = [line for line in kept if line.startswith("[stuck]")]  # tests/mpi/conftest.py's watchdog
+    started = [line for line in kept if line.startswith("tests/") and "::" in line and " PASSED" not in line][-8:]
+    return "\n".join(["last tests started:", *started, *stuck, "end of the output:", "\n".join(kept)[-limit:]])
 
 # tests/mpi/* run on every rank under mpiexec (see tests/test_mpi.py), not in this process
 collect_ignore = [] if any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_SIZE")) else ["mpi"]

@@ -3,8 +3,12 @@ own temporary root."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import tempfile
+import threading
+import traceback
 
 import pytest
 from mpi4py import MPI
@@ -42,3 +46,62 @@ def on_rank_0_only(monkeypatch):
         else:
             monkeypatch.delenv(name, raising=False)
     return set_on_rank_0
+
+
+#: Seconds into a test after which a rank prints what it waits on (before pytest-timeout's limit,
+#: 240 s in ``tests/conftest.py``, ends the process with the stacks alone).
+WATCHDOG_SECONDS = float(os.environ.get("SPARSECOLL_TEST_WATCHDOG", "200"))
+#: What begins the report's summary lines (``tests/conftest.py`` puts them first in a failure's report).
+STUCK = "[stuck]"
+
+
+def _describe_stage(stage) -> str:
+    """One line on a request's stage in flight: a list of MPI requests, or a dynamic stage's state."""
+    if stage is None:
+        return "none"
+    if type(stage) is list:
+        return f"{len(stage)} MPI requests, {sum(1 for r in stage if r.Test())} complete"
+    fields = ("step", "put_done", "entered", "ticket", "flagged", "started")
+    state = {f: getattr(stage, f) for f in fields if hasattr(stage, f)}
+    steps = getattr(stage, "steps_", None)
+    if steps is not None:
+        state["steps"] = len(steps)
+        state["unsent"] = [step.unsent for step in steps]
+        state["awaited RTEs"] = [len(step.waiting) for step in steps]
+    return f"{type(stage).__name__} {state}"
+
+
+def _report_stuck_test(name: str, capture_manager) -> None:
+    """Print, to stderr past pytest's capture (a test ended by pytest-timeout shows nothing it
+    captured), this rank's sparsecoll requests in flight and every thread's stack."""
+    from sparsecoll.runtime.progress import ENGINE
+    rank = MPI.COMM_WORLD.Get_rank()
+    lines = [f"{STUCK} rank {rank}: {name} still runs after {WATCHDOG_SECONDS:.0f} s; "
+             f"sparsecoll requests in flight: {len(ENGINE.pending)}"]
+    for request in list(ENGINE.pending):
+        try:
+            lines.append(f"{STUCK} rank {rank}:   {type(request).__name__}: {_describe_stage(request._current)}")
+        except Exception as error:  # noqa: BLE001 (a report must not raise)
+            lines.append(f"{STUCK} rank {rank}:   {type(request).__name__}: unreadable ({error!r})")
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        lines.append(f"-- thread {names.get(ident, ident)}:")
+        lines.extend(line.rstrip() for line in traceback.format_stack(frame))
+    if capture_manager is None:
+        print("\n".join(lines), file=sys.stderr, flush=True)
+        return
+    with capture_manager.global_and_fixture_disabled():
+        print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+@pytest.fixture(autouse=True)
+def report_if_stuck(request):
+    """Each test: where it runs past :data:`WATCHDOG_SECONDS`, say what this rank waits on (a hang
+    that shows up once in many runs needs more than the stacks pytest-timeout prints)."""
+    capture_manager = request.config.pluginmanager.getplugin("capturemanager")
+    timer = threading.Timer(WATCHDOG_SECONDS, _report_stuck_test, args=(request.node.nodeid, capture_manager))
+    timer.daemon = True
+    timer.name = "sparsecoll-test-watchdog"
+    timer.start()
+    yield
+    timer.cancel()
