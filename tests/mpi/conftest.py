@@ -60,7 +60,7 @@ def _describe_stage(stage) -> str:
     if stage is None:
         return "none"
     if type(stage) is list:
-        return f"{len(stage)} MPI requests, {sum(1 for r in stage if r.Test())} complete"
+        return f"{len(stage)} MPI requests, {sum(1 for r in stage if r.Get_status())} complete"
     fields = ("step", "put_done", "entered", "ticket", "flagged", "started")
     state = {f: getattr(stage, f) for f in fields if hasattr(stage, f)}
     steps = getattr(stage, "steps_", None)
