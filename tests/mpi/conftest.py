@@ -105,3 +105,26 @@ def report_if_stuck(request):
     timer.start()
     yield
     timer.cancel()
+
+
+#: Threads the test harness runs beside each test: pytest-timeout's timer (``--timeout-method=thread``)
+#: and :func:`report_if_stuck`'s.
+HARNESS_THREADS = ("pytest_timeout", "sparsecoll-test-watchdog")
+
+
+@pytest.fixture(autouse=True)
+def waits_as_in_the_program(monkeypatch):
+    """Each test: sparsecoll's waits take the path the program's own threads decide, not counting
+    the harness's timer threads. A wait blocks in MPI through the progress engine where no other
+    thread of the program could call into sparsecoll, and tests and yields where one could
+    (:func:`sparsecoll.runtime.progress.other_threads_may_call_in`); pytest-timeout's timer
+    thread alone made every wait of the suite test and yield, so the path of a program without
+    threads ran only where a test forced it."""
+    from sparsecoll.runtime import progress
+
+    def program_threads_may_call_in() -> bool:
+        me, engine_thread = threading.current_thread(), progress.ENGINE._thread
+        return any(thread is not me and thread is not engine_thread and not thread.name.startswith(HARNESS_THREADS)
+                   for thread in threading.enumerate())
+
+    monkeypatch.setattr(progress, "other_threads_may_call_in", program_threads_may_call_in)
