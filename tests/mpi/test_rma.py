@@ -401,6 +401,65 @@ def test_start_and_test_never_wait_for_a_peer(ring, executor, form):
         request.Free()
     assert recv.tobytes() == _library_alltoall(comm, send, 4).tobytes()
 
+def _completions_seen_one_test_late():
+    """``MPI.Request.Testall`` that reports every list of requests incomplete once at the first test
+    that completes it (the next test finds them inactive, so complete): what a loaded rank sees
+    when a request's completion is processed in the test that reports it (Open MPI's ``Testall``
+    progresses, then answers from what it found before)."""
+    late = set()
+
+    def testall(requests):
+        if not MPI.Request.Testall(requests):
+            return False
+        key = tuple(id(request) for request in requests)
+        if key in late:
+            late.discard(key)
+            return True
+        late.add(key)
+        return False
+    return testall
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("form", ["nonblocking", "persistent"])
+@pytest.mark.parametrize("degree", [None, 1])
+def test_a_step_whose_rtes_arrived_before_its_rtr_sends_completed(ring, form, degree, monkeypatch):
+    """A PSCW step's exposure epoch ends at the first ``Win.Test`` that succeeds; a test of the
+    run that then found the step's RTR sends incomplete returned, and the next test called
+    ``Win.Test`` again with no epoch open: ``MPI_ERR_RMA_SYNC`` on that rank, which then left the
+    collective (in the conformance suite under Open MPI at 4 ranks, the other ranks hung). Here
+    every completion is seen one test late."""
+    options = {} if degree is None else {"executor_options": {"rtr_tree": degree}}
+    comm = sparsecoll.wrap(ring, "direct", executor="rma", **options)
+    send = _blocks(comm, 2, 0, False)
+    recv = numpy.full(comm.neighborhood.indegree * 2, -1.0)
+    comm.Neighbor_alltoall(send, recv)  # the first call of a collective agrees on its plan
+    request = comm.Neighbor_alltoall_init(send, recv) if form == "persistent" else None
+    monkeypatch.setattr(rma, "_Testall", _completions_seen_one_test_late())
+    failures = []
+    try:
+        for salt in range(3):
+            send[:] = _blocks(comm, 2, salt, False)
+            recv[:] = -1.0
+            if form == "persistent":
+                request.Start()
+            else:
+                request = comm.Ineighbor_alltoall(send, recv)
+            try:
+                while not request.Test():
+                    pass
+            except MPI.Exception as error:
+                failures.append(f"salt {salt} rank {RANK}: {error.Get_error_string()}")
+                break
+            if recv.tobytes() != _library_alltoall(comm, send, 2).tobytes():
+                failures.append(f"salt {salt} rank {RANK}: {recv}")
+    finally:
+        monkeypatch.undo()
+        if form == "persistent":
+            request.Free()
+    _agree(failures)
+
+
 
 def test_a_window_failing_on_one_rank_falls_back_on_every_rank(ring, monkeypatch):
     """Where the window cannot be made on some rank, every rank runs the step executor and

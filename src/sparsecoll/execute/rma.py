@@ -714,9 +714,12 @@ class RmaRun:
                     window.Wait()
                 _Waitall(step.rtr_sends)
             else:
-                if not self._arrived(step):
-                    return False
+                # the RTR sends first (complete requests test complete again): the RTEs last, as
+                # PSCW's exposure epoch ends at the one Win.Test that succeeds and a later test
+                # of this step would call it again outside any epoch (MPI_ERR_RMA_SYNC)
                 if not _Testall(step.rtr_sends):
+                    return False
+                if not self._arrived(step):
                     return False
             if self.canary:
                 step.waiting = [r for r in step.recvs if r.nbytes]
