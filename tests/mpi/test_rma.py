@@ -401,6 +401,7 @@ def test_start_and_test_never_wait_for_a_peer(ring, executor, form):
         request.Free()
     assert recv.tobytes() == _library_alltoall(comm, send, 4).tobytes()
 
+
 def _completions_seen_one_test_late():
     """``MPI.Request.Testall`` that reports every list of requests incomplete once at the first test
     that completes it (the next test finds them inactive, so complete): what a loaded rank sees
@@ -458,7 +459,6 @@ def test_a_step_whose_rtes_arrived_before_its_rtr_sends_completed(ring, form, de
         if form == "persistent":
             request.Free()
     _agree(failures)
-
 
 
 def test_a_window_failing_on_one_rank_falls_back_on_every_rank(ring, monkeypatch):
