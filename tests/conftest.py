@@ -43,6 +43,8 @@ def run_under_mpi(nprocs: int, test_path: str, *pytest_args: str, timeout: float
 #: at every window creation where UCX has no RMA transport and osc/rdma takes over (benign,
 #: open-mpi/ompi#14086); a failure report of only such lines hid which test failed.
 NOISE = ("OSC UCX component priority set inside component query failed",)
+#: What begins the summary lines of ``tests/mpi/conftest.py``'s watchdog (put first in a report).
+STUCK = "[stuck]"
 
 
 def _report(output: str, limit: int) -> str:
@@ -50,7 +52,7 @@ def _report(output: str, limit: int) -> str:
     lines, after what a tail of stack dumps would cut: the last tests the ranks started (pytest -v
     names them) and what each rank's watchdog said it waits on (``tests/mpi/conftest.py``)."""
     kept = [line for line in output.splitlines() if line.strip() and not any(n in line for n in NOISE)]
-    stuck = [line for line in kept if line.startswith("[stuck]")]  # tests/mpi/conftest.py's watchdog
+    stuck = [line for line in kept if line.startswith(STUCK)]
     started = [line for line in kept if line.startswith("tests/") and "::" in line and " PASSED" not in line][-8:]
     return "\n".join(["last tests started:", *started, *stuck, "end of the output:", "\n".join(kept)[-limit:]])
 

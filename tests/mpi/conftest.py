@@ -13,6 +13,8 @@ import traceback
 import pytest
 from mpi4py import MPI
 
+from ..conftest import STUCK
+
 _OWN_ROOT = pytest.StashKey[str]()
 
 
@@ -51,8 +53,6 @@ def on_rank_0_only(monkeypatch):
 #: Seconds into a test after which a rank prints what it waits on (before pytest-timeout's limit,
 #: 240 s in ``tests/conftest.py``, ends the process with the stacks alone).
 WATCHDOG_SECONDS = float(os.environ.get("SPARSECOLL_TEST_WATCHDOG", "200"))
-#: What begins the report's summary lines (``tests/conftest.py`` puts them first in a failure's report).
-STUCK = "[stuck]"
 
 
 def _describe_stage(stage) -> str:

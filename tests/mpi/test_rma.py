@@ -436,26 +436,26 @@ def test_a_step_whose_rtes_arrived_before_its_rtr_sends_completed(ring, form, de
     recv = numpy.full(comm.neighborhood.indegree * 2, -1.0)
     comm.Neighbor_alltoall(send, recv)  # the first call of a collective agrees on its plan
     request = comm.Neighbor_alltoall_init(send, recv) if form == "persistent" else None
-    monkeypatch.setattr(rma, "_Testall", _completions_seen_one_test_late())
     failures = []
     try:
-        for salt in range(3):
-            send[:] = _blocks(comm, 2, salt, False)
-            recv[:] = -1.0
-            if form == "persistent":
-                request.Start()
-            else:
-                request = comm.Ineighbor_alltoall(send, recv)
-            try:
-                while not request.Test():
-                    pass
-            except MPI.Exception as error:
-                failures.append(f"salt {salt} rank {RANK}: {error.Get_error_string()}")
-                break
-            if recv.tobytes() != _library_alltoall(comm, send, 2).tobytes():
-                failures.append(f"salt {salt} rank {RANK}: {recv}")
+        with monkeypatch.context() as late:  # undone before the Free below, leaving the autouse fixtures' patches
+            late.setattr(rma, "_Testall", _completions_seen_one_test_late())
+            for salt in range(3):
+                send[:] = _blocks(comm, 2, salt, False)
+                recv[:] = -1.0
+                if form == "persistent":
+                    request.Start()
+                else:
+                    request = comm.Ineighbor_alltoall(send, recv)
+                try:
+                    while not request.Test():
+                        pass
+                except MPI.Exception as error:
+                    failures.append(f"salt {salt} rank {RANK}: {error.Get_error_string()}")
+                    break
+                if recv.tobytes() != _library_alltoall(comm, send, 2).tobytes():
+                    failures.append(f"salt {salt} rank {RANK}: {recv}")
     finally:
-        monkeypatch.undo()
         if form == "persistent":
             request.Free()
     _agree(failures)
