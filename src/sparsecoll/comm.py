@@ -383,11 +383,7 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         if not self._sc_plan.auto:
             call = calls[collective] = runtime.call_plan(self._sc_plan, collective)
             return call
-        library = self._sc_library_methods(collective)
-        exact = self._sc_plan.persistence.exact_bytes
-        if exact:  # library calls too are held to the weights
-            check = runtime.exact_bytes_check(collective)
-            library = {form: levels.checked_method(method, check) for form, method in library.items()}
+        library = self._sc_auto_library(collective)
         if form == "nonblocking" and not runtime.decided_flag(self._sc_plan, collective)[0]:
             method = runtime.before_decision(self._sc_plan, collective, library["nonblocking"])
             return self._sc_library_until_decided(collective, method)
@@ -395,14 +391,24 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         self._sc_install_auto_methods(collective, call, library)
         wrapper = weakref.ref(self)
 
-        def install_again() -> bool:
+        def install_again() -> bool:  # holds nothing of the wrapper's: a dropped wrapper is collected
             held = wrapper()
             if held is None or held.__dict__.get("_sc_calls", {}).get(collective) is not call:
                 return False  # the wrapper is gone, or runs another dispatch now
-            held._sc_install_auto_methods(collective, call, library)
+            held._sc_install_auto_methods(collective, call, held._sc_auto_library(collective))
             return True
-        call.on_decision(install_again)
+        call.on_decision(install_again, wrapper)
         return call
+
+    def _sc_auto_library(self, collective: str) -> dict:
+        """The library's method per form for ``collective`` (:meth:`_sc_library_methods`), held to the
+        weights under ``cdag_exact_byte_communications``: what an ``auto`` wrapper's calls reach the
+        library through. Local."""
+        library = self._sc_library_methods(collective)
+        if self._sc_plan.persistence.exact_bytes:  # library calls too are held to the weights
+            check = self._sc_attach().exact_bytes_check(collective)
+            library = {form: levels.checked_method(method, check) for form, method in library.items()}
+        return library
 
     def _sc_install_auto_methods(self, collective: str, dispatch, library: dict) -> None:
         """Put :func:`sparsecoll.runtime.auto.wrapper_methods` in place of this wrapper's methods for

@@ -9,7 +9,9 @@ ranks predict differently and must still decide alike.
 from __future__ import annotations
 
 import contextlib
+import gc
 import random
+import weakref
 from dataclasses import replace
 
 import numpy
@@ -1124,6 +1126,34 @@ def test_a_placement_override_on_one_rank_raises_on_every_rank(on_rank_0_only, a
             comm.Neighbor_allgather(send[:1], recv)
     finally:
         cart.Free()
+
+
+@pytest.mark.timeout(60)
+def test_a_wrapper_dropped_after_its_calls_is_collected():
+    """A program that wraps its communicator inside a helper, calls through the wrapper and drops
+    it lets the wrapper go under ``auto`` too: each wrapper stayed alive, with the methods it had
+    installed, until the handle was freed (the dispatch's note to install them again after a later
+    decision held the library's methods bound to the wrapper: 5.6 KB more per wrap, 300 of 300
+    wrappers alive). The dispatch keeps the first wrapper's library methods, so one may stay."""
+    others = [(RANK + 1) % SIZE, (RANK - 1) % SIZE]
+    graph = WORLD.Create_dist_graph_adjacent(others, others)
+    send = numpy.arange(2.0) + RANK
+    expected = numpy.empty(2)
+    graph.Neighbor_alltoall(send, expected)
+    alive = []
+    try:
+        for _ in range(6):
+            comm = sparsecoll.wrap(graph)
+            received = numpy.full(2, -1.0)
+            comm.Neighbor_alltoall(send, received)
+            assert received.tobytes() == expected.tobytes()
+            comm.Ineighbor_alltoall(send, received).Wait()
+            alive.append(weakref.ref(comm))
+            del comm
+        gc.collect()
+        assert sum(ref() is not None for ref in alive) <= 1
+    finally:
+        graph.Free()
 
 
 @pytest.mark.timeout(60)

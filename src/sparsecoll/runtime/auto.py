@@ -272,7 +272,7 @@ class AutoDispatch:
         self._settled_by_block: dict = {form: {} for form in ("blocking", "nonblocking")}
         #: receive blocks of a regular call (0 for the v/w forms: :meth:`_size_class` parses them)
         self._in_blocks = runtime.topology.indegree if collective in REGULAR else 0
-        self._on_decision: list = []  # callables run after every decision (:meth:`on_decision`)
+        self._on_decision: list = []  # (callable, weak reference to its wrapper): see on_decision
         self._agree(local_class)
 
     # -- the decision ------------------------------------------------------------------
@@ -342,12 +342,15 @@ class AutoDispatch:
         #: here, whenever the tables change
         self._uniform_runs: dict = {}  # form -> its runner, for a form in ``_uniform`` (no size class needed)
         self._forget_settled(("blocking", "nonblocking"))
-        self._on_decision = [announce for announce in self._on_decision if announce() is not False]
+        self._on_decision = [(announce, owner) for announce, owner in self._on_decision if announce() is not False]
 
-    def on_decision(self, announce) -> None:
+    def on_decision(self, announce, owner) -> None:
         """Have ``announce()`` called after every later decision of the tables (a wrapper puts the
-        methods :func:`wrapper_methods` then gives in place: local work), until it returns False."""
-        self._on_decision.append(announce)
+        methods :func:`wrapper_methods` then gives in place: local work), until it returns False.
+        ``owner``: a weak reference to the wrapper; entries whose wrapper is gone are dropped here
+        too, so a program that wraps a handle again and again keeps no entry per wrapper."""
+        self._on_decision = [(held, of) for held, of in self._on_decision if of() is not None]
+        self._on_decision.append((announce, owner))
 
     def _forget_settled(self, forms) -> None:
         """Empty the runners kept for ``forms`` (local work only; the dicts stay the same objects,
