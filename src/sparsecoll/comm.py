@@ -89,7 +89,7 @@ class GlobalCollectivesMixin:
         user's handler is called, as for the library's own collectives). Local."""
         super().Set_errhandler(errhandler)
         runtime = existing_runtime(self)
-        hidden = [runtime.private] if runtime is not None else []
+        hidden = runtime.communicators() if runtime is not None else []
         for hierarchy in hierarchies(self):
             hidden += hierarchy.communicators()
         for comm in hidden:

@@ -993,6 +993,48 @@ def test_the_communicators_error_handler_reaches_sparsecolls_own_calls():
         handler.Free()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("wrapper_first", [True, False], ids=["set-after-wrap", "set-before-wrap"])
+def test_the_error_handler_reaches_sparsecolls_messages_to_self(wrapper_first):
+    """The program's error handler, set on the wrapper or on the communicator before ``wrap``,
+    is called for MPI errors of every message of sparsecoll's. A message to self on a
+    communicator of several ranks goes by a duplicate of ``COMM_SELF`` kept for the private
+    communicator, which had ``COMM_SELF``'s handler; and a handler set before ``wrap`` reached
+    none of sparsecoll's communicators (mpi4py gives every communicator it makes
+    ``ERRORS_RETURN``). A truncated self-loop block (32 KiB sent, 16 KiB received: both
+    libraries detect it) raised ``MPI.Exception`` without calling the handler. The node
+    structure's communicators (the dynamic leaders' included) take the handler too."""
+    size, rank = WORLD.Get_size(), WORLD.Get_rank()
+    if size < 2:
+        pytest.skip("needs 2 ranks: on a communicator of one rank messages to self go by itself")
+    graph = WORLD.Create_dist_graph_adjacent([rank], [rank])
+    world = WORLD.Dup()
+    calls = []
+    handler = MPI.Comm.Create_errhandler(lambda _, code: calls.append(code))
+    if not wrapper_first:
+        graph.Set_errhandler(handler)
+        world.Set_errhandler(handler)
+    comm = sparsecoll.wrap(graph, "direct")
+    intracomm = sparsecoll.wrap(world, ranks_per_node=1, reduce="dynamic")
+    try:
+        if wrapper_first:
+            comm.Set_errhandler(handler)
+            intracomm.Set_errhandler(handler)
+        n = 4096
+        with contextlib.suppress(MPI.Exception):  # Open MPI raises after the handler, MPICH returns
+            comm.Neighbor_alltoallv([numpy.arange(2.0 * n), [2 * n], [0], MPI.DOUBLE],
+                                    [numpy.zeros(2 * n), [n], [0], MPI.DOUBLE])
+        assert calls and all(MPI.Get_error_class(code) == MPI.ERR_TRUNCATE for code in calls)
+        ours = comm.runtime.communicators()
+        hidden = ours + [c for h in hierarchies(intracomm) for c in h.communicators()]
+        assert len(ours) == 2 and len(hidden) >= 5 and all(c.Get_errhandler() == handler for c in hidden)
+    finally:
+        for wrapped in (comm, intracomm):
+            wrapped.Set_errhandler(MPI.ERRORS_RETURN)
+            wrapped.Free()
+        handler.Free()
+
+
 class HaloCart(MPI.Cartcomm):
     """A program's own communicator class."""
 

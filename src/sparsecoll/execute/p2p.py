@@ -206,14 +206,24 @@ def route(comm, peer: int) -> tuple:
     and received into a struct type past about 8 KiB ("signature does not match"; not on a
     communicator of one rank). The tag stays the call's, which no other call on ``comm`` uses
     at the same time, so calls never meet on the duplicate either; the program's own
-    ``MPI_COMM_SELF`` never sees these messages."""
+    ``MPI_COMM_SELF`` never sees these messages. The duplicate takes ``comm``'s error handler
+    (its errors are ``comm``'s), and :func:`self_channel` finds it for a later ``Set_errhandler``."""
     if not isinstance(comm, MPI.Comm) or peer != comm.Get_rank() or comm.Get_size() == 1:
         return comm, peer
     channel = comm.Get_attr(_SELF_CHANNEL)
     if channel is None:
         channel = MPI.COMM_SELF.Dup()
+        handler = comm.Get_errhandler()
+        channel.Set_errhandler(handler)
+        handler.Free()
         comm.Set_attr(_SELF_CHANNEL, channel)
     return channel, 0
+
+
+def self_channel(comm: MPI.Comm):
+    """The duplicate of ``MPI_COMM_SELF`` that ``comm``'s messages to self go by (:func:`route`),
+    or None where none was made (local)."""
+    return comm.Get_attr(_SELF_CHANNEL)
 
 
 def recv_init(comm, buffer, peer: int, tag: int):

@@ -169,6 +169,10 @@ class Hierarchy:
         if reduce == "dynamic":
             self.dynamic = DynamicReduce(MPI.Intracomm(comm), self.layout, partial(self.reduce, fixed=True),
                                          partial(self.allreduce, fixed=True), "fixed leaders")
+        handler = comm.Get_errhandler()  # mpi4py gives what it makes ERRORS_RETURN: their errors are comm's
+        for made in self.communicators():
+            made.Set_errhandler(handler)
+        handler.Free()
 
     # -- introspection and lifetime ---------------------------------------------------------------
     def stats(self) -> dict:
@@ -197,9 +201,11 @@ class Hierarchy:
             self.runs[name] = {"algorithm": HIERARCHICAL}
 
     def communicators(self) -> list:
-        """The communicators this structure made (node, leader, the dynamic leaders' copy): what
-        the error handler of the communicator it serves must reach (local)."""
-        made = [self.layout.node_comm, self.layout.leader_comm] + ([self.dynamic.wire] if self.dynamic else [])
+        """The communicators this structure made (node, leader, the dynamic leaders' copy and their
+        channel to self): what the error handler of the communicator it serves must reach (local)."""
+        made = [self.layout.node_comm, self.layout.leader_comm]
+        if self.dynamic:
+            made += [self.dynamic.wire, self.dynamic.self_comm]
         return [comm for comm in made if comm != MPI.COMM_NULL]
 
     def free(self) -> None:

@@ -32,7 +32,7 @@ from ..buffers import (
 )
 from ..checks import nonnegative_integer
 from ..execute import StepExecutor  # the size pass and request counts use the default
-from ..execute.p2p import pattern_wire_sends, route
+from ..execute.p2p import pattern_wire_sends, route, self_channel
 from ..model.choice import library_fault, local_nonblocking_library_fault, size_class
 from ..model.profile import FORMS, ProfileError, library_name
 from ..pattern import FAMILIES, REGULAR, family_of, stats
@@ -90,14 +90,14 @@ class CommRuntime:
     """
 
     def __init__(self, comm: MPI.Comm, topology: Topology | None = None, private: MPI.Comm | None = None):
-        """``private``: the handle's private duplicate made already (:class:`PendingPrivate`), which takes
-        the handle's error handler of now (a ``Dup`` copies it; one set since the ``Idup`` counts)."""
+        """``private``: the handle's private duplicate made already (:class:`PendingPrivate`). It takes
+        the handle's error handler of now (mpi4py gives every communicator it makes ``ERRORS_RETURN``,
+        and one set since an ``Idup`` counts), and so does its channel to self, made here."""
         if private is None:
             private = _plain(comm).Dup()  # collective
-        else:
-            handler = comm.Get_errhandler()
-            private.Set_errhandler(handler)
-            handler.Free()
+        handler = comm.Get_errhandler()
+        private.Set_errhandler(handler)
+        handler.Free()
         self.private = private
         route(self.private, self.private.Get_rank())  # its channel to self, made here: never under the engine's lock
         self.topology = topology if topology is not None else from_comm(comm)
@@ -759,6 +759,14 @@ class CommRuntime:
         request = _request_for(executor, persistent=True, on_free=freed, keep=(sendbuf, recvbuf))
         channels.hold_persistent(channel, request)
         return request
+
+    def communicators(self) -> list:
+        """The communicators this runtime made for the handle (the private duplicate and its channel
+        to self): what the handle's error handler must reach (local)."""
+        if self.private == MPI.COMM_NULL:
+            return []
+        channel = self_channel(self.private)
+        return [self.private] + ([channel] if channel is not None else [])
 
     def cache_sizes(self) -> dict:
         """How many entries each local cache holds now."""
