@@ -245,6 +245,13 @@ def test_bad_input_dims_do_not_multiply_to_size():
     _expect_error_everywhere(ValueError, "multiply to", dims=[WORLD.Get_size() + 1])
 
 
+def test_bad_input_dims_whose_product_passes_64_bits():
+    # (2**63 - 1)**2 is 1 modulo 2**64: a product wrapped to 64 bits passed the check, and then
+    # Create_cart raised an OverflowError that named no argument
+    _expect_error_everywhere(ValueError, "dims: .* multiply to", dims=[WORLD.Get_size(), 2**63 - 1, 2**63 - 1],
+                             periods=[True] * 3, offsets=[(1, 0, 0)])
+
+
 def test_bad_input_grid_option():
     graph = WORLD.Create_dist_graph_adjacent([], [])
     try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass
 
 import numpy
@@ -41,8 +42,8 @@ class Grid:
 
     @property
     def size(self) -> int:
-        """Number of processes (the product of the dimension sizes)."""
-        return int(numpy.prod(self.dims, dtype=numpy.int64)) if self.dims else 1
+        """Number of processes (the product of the dimension sizes, exact: no 64-bit wrap)."""
+        return math.prod(self.dims)
 
     def coords(self, rank: int) -> tuple:
         """Coordinates of ``rank`` (row-major: the last dimension varies fastest)."""
