@@ -252,6 +252,12 @@ def test_bad_input_dims_whose_product_passes_64_bits():
                              periods=[True] * 3, offsets=[(1, 0, 0)])
 
 
+def test_bad_input_weight_past_the_int_range_of_mpi():
+    # MPI's weights are C ints: 2**31 passed the check, then mpi4py's Create_dist_graph_adjacent
+    # raised "OverflowError: value too large to convert to int" on every rank
+    _expect_error_everywhere(ValueError, "weights: ", weights=[1, 2**31])
+
+
 def test_bad_input_grid_option():
     graph = WORLD.Create_dist_graph_adjacent([], [])
     try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy
 from mpi4py import MPI
 
-from ..checks import is_integer
+from ..checks import MAX_COUNT, is_integer
 from . import CART, PROC_NULL, Topology, graph_topology
 
 
@@ -148,7 +148,8 @@ def check_offsets(offsets, ndim: int) -> tuple:
 
 
 def check_weights(weights, count: int) -> tuple | None:
-    """Validate per-neighbor weights (None or ``MPI.UNWEIGHTED``: unweighted)."""
+    """Validate per-neighbor weights (None or ``MPI.UNWEIGHTED``: unweighted; else non-negative
+    integers that fit MPI's ``int``)."""
     if weights is None or weights is MPI.UNWEIGHTED:
         return None
     try:
@@ -161,6 +162,8 @@ def check_weights(weights, count: int) -> tuple | None:
         raise ValueError(f"weights: expected {count} entries (one per offset), got {len(weights)}")
     if any(w < 0 for w in weights):
         raise ValueError("weights: must be non-negative")
+    if any(w > MAX_COUNT for w in weights):
+        raise ValueError(f"weights: MPI takes weights up to {MAX_COUNT} (a C int), got {max(weights)}")
     return weights
 
 
