@@ -794,8 +794,13 @@ class CartNeighborhoodComm(Distgraphcomm):
                 list(topology.destinations), _listed(topology.dest_weights))
 
     def _offset(self, offset) -> tuple:
-        (offset,) = check_offsets([offset], self.grid.ndim)
-        return offset
+        """One relative offset of the helpers, checked; errors name ``offset``, the helpers' argument."""
+        ndim = self.grid.ndim
+        try:
+            (checked,) = check_offsets([offset], ndim)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"offset: expected {ndim} integers (one per dimension), got {offset!r}") from None
+        return checked
 
 
 def _listed(weights):

@@ -189,12 +189,25 @@ def test_helpers_agree_with_mpi_cartesian_communicators():
         for other in range(p):
             offset = comm.relative_coord(other)
             assert comm.relative_rank(offset) == other
-        with pytest.raises(ValueError, match="coordinates"):
+        with pytest.raises(ValueError, match="offset: expected 3 integers"):
             comm.relative_rank((1, 0))
         again = sparsecoll.wrap(comm, "cartesian_trivial")
         assert type(again) is sparsecoll.CartNeighborhoodComm and again.offsets == comm.offsets
     finally:
         cart.Free()
+        comm.Free()
+
+
+def test_helpers_name_the_offset_they_refuse():
+    # relative_rank(3) said "offsets: expected a sequence of integer vectors (one per neighbor)",
+    # relative_shift((1.0, 0)) "offsets[0]: ...": arguments the helpers do not have
+    comm = sparsecoll.cart_neighborhood_create(WORLD, [WORLD.Get_size(), 1], [True, False], [(1, 0)])
+    try:
+        for bad, exception in ((3, TypeError), ((1.0, 0), TypeError), ((1,), ValueError), ("ab", TypeError)):
+            for helper in (comm.relative_rank, comm.relative_shift):
+                with pytest.raises(exception, match=r"^offset: expected 2 integers \(one per dimension\)"):
+                    helper(bad)
+    finally:
         comm.Free()
 
 
