@@ -271,6 +271,21 @@ def test_bad_input_weight_past_the_int_range_of_mpi():
     _expect_error_everywhere(ValueError, "weights: ", weights=[1, 2**31])
 
 
+def test_weights_empty_for_an_empty_neighborhood():
+    # MPI takes MPI_WEIGHTS_EMPTY for a degree of zero; it was refused as "expected None or a
+    # sequence of integers"
+    p = WORLD.Get_size()
+    comm = sparsecoll.cart_neighborhood_create(WORLD, [p], [True], [], weights=MPI.WEIGHTS_EMPTY)
+    try:
+        assert comm.neighbor_get() == ([], [], [], [])
+        received = numpy.full(1, -1, "i4")
+        comm.Neighbor_allgather(numpy.arange(1, dtype="i4"), received[:0])
+        assert received[0] == -1
+    finally:
+        comm.Free()
+    _expect_error_everywhere(ValueError, "weights: MPI.WEIGHTS_EMPTY", weights=MPI.WEIGHTS_EMPTY)
+
+
 def test_bad_input_grid_option():
     graph = WORLD.Create_dist_graph_adjacent([], [])
     try:

@@ -148,10 +148,15 @@ def check_offsets(offsets, ndim: int) -> tuple:
 
 
 def check_weights(weights, count: int) -> tuple | None:
-    """Validate per-neighbor weights (None or ``MPI.UNWEIGHTED``: unweighted; else non-negative
-    integers that fit MPI's ``int``)."""
+    """Validate per-neighbor weights (None or ``MPI.UNWEIGHTED``: unweighted; ``MPI.WEIGHTS_EMPTY``:
+    no weights of no neighbors, as MPI takes it for a degree of zero; else non-negative integers
+    that fit MPI's ``int``)."""
     if weights is None or weights is MPI.UNWEIGHTED:
         return None
+    if weights is MPI.WEIGHTS_EMPTY:
+        if count:
+            raise ValueError(f"weights: MPI.WEIGHTS_EMPTY is for no neighbors, but {count} offsets were given")
+        return ()
     try:
         weights = tuple(_integer(w, "weights") for w in weights)
     except TypeError as error:
