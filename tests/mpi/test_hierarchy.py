@@ -643,6 +643,33 @@ def test_reductions_of_a_datatype_of_size_zero(reduce_mode):
         empty.Free()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("reduce_mode", ("fixed", "dynamic"))
+@pytest.mark.parametrize("per_node", (2, 3))
+def test_a_predefined_op_undefined_for_the_datatype_raises_on_every_rank(per_node, reduce_mode):
+    """``MPI.BAND`` on doubles (MPI-4.1 6.9.2 defines it for integers and bytes only), one element
+    per call: the library's reductions raise ``MPI_ERR_OP`` on every rank. The hierarchy applied the
+    op only where a rank had a share of the elements (one rank of a node, or under dynamic leaders
+    the second to arrive) and raised there, while the node's other ranks waited in its barrier (or
+    for their turn) for good. Now every rank raises ValueError naming the op before it sends anything."""
+    comm = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=per_node, reduce=reduce_mode)
+    one = numpy.ones(1)
+    calls = [lambda c: c.Allreduce(one, numpy.zeros(1), MPI.BAND),
+             lambda c: c.Allreduce(MPI.IN_PLACE, one.copy(), MPI.BAND),
+             lambda c: c.Reduce_scatter_block(numpy.ones(SIZE), numpy.zeros(1), MPI.BAND),
+             lambda c: c.Reduce_scatter(numpy.ones(SIZE), numpy.zeros(1), [1] * SIZE, MPI.BAND)]
+    calls += [lambda c, root=root: c.Reduce(one, numpy.zeros(1), MPI.BAND, root=root) for root in ROOTS]
+    try:
+        for call in calls:
+            with pytest.raises(MPI.Exception):
+                call(WORLD)  # the library's own call: erroneous on every rank
+            with pytest.raises(ValueError, match="op: .*not defined for datatype"):
+                call(comm)
+        comm.Allreduce(one, numpy.zeros(1), MPI.SUM)  # every rank still in step
+    finally:
+        comm.Free()
+
+
 class _LeadersWhoseBcastFails:
     """The leader communicator, whose ``Bcast`` raises as a library's call can (Open MPI 5.0's for
     a count above MPI's int)."""

@@ -64,6 +64,7 @@ from ..checks import is_integer, reduction_op
 from . import leaders
 from .copying import (
     check_one_datatype,
+    check_op_defined,
     laid_out,
     pack,
     pack_block,
@@ -567,6 +568,8 @@ class Hierarchy:
         collective (see the module docstring); depends only on arguments every rank shares."""
         reduction_op(op)
         element = reduction_element(datatype)  # from the type signature, which every rank shares
+        if element is not None:  # (else the library's call checks op)
+            check_op_defined(op, element[0])
         reason = None
         if element is None:
             reason = "the datatype is not built of one predefined contiguous type"

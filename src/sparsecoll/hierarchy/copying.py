@@ -191,6 +191,34 @@ def reduction_element(datatype: MPI.Datatype):
     return basic, size // basic.Get_size()
 
 
+#: ``(op, datatype)`` handles of predefined ops :func:`check_op_defined` found defined on a predefined type
+_DEFINED: set = set()
+
+
+def check_op_defined(op: MPI.Op, datatype: MPI.Datatype) -> None:
+    """ValueError naming ``op`` where a predefined ``op`` is not defined for a predefined type
+    ``datatype`` is built of (MPI-4.1 6.9.2: ``MPI.BAND`` on doubles, ``MPI.MAXLOC`` on a type that
+    is not a pair): the library's reductions raise ``MPI_ERR_OP`` on every rank, where the
+    hierarchy's apply the op only on the ranks with a share of the elements, and the others waited.
+    Local, before anything is sent: ``Op.Reduce_local`` on one zeroed element of each such type
+    (every rank passes the op and the type signature, so every rank raises); a pair found
+    defined is not checked again (local work only)."""
+    if not op.is_predefined:
+        return
+    for leaf in predefined_leaves(datatype):
+        key = (op.handle, leaf.handle)
+        if key in _DEFINED:
+            continue
+        extent = max(leaf.Get_extent()[1], leaf.Get_true_extent()[1], 1)
+        scratch = numpy.zeros(2 * extent, dtype=_UINT8)
+        try:
+            op.Reduce_local([scratch[:extent], 1, leaf], [scratch[extent:], 1, leaf])
+        except MPI.Exception as exc:
+            raise ValueError(f"op: this predefined operation is not defined for datatype "
+                             f"{leaf.Get_name() or 'predefined'} (MPI-4.1 6.9.2)") from exc
+        _DEFINED.add(key)
+
+
 def whole_elements(basic_count: int, per_element: int) -> int:
     """How many whole elements ``basic_count`` basic elements make, ``per_element`` to an element
     (:func:`reduction_element`); 0 for a datatype of no bytes (``per_element`` 0: no elements)."""

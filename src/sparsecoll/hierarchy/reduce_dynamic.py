@@ -84,7 +84,7 @@ from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, predefined_leaves, reject_in_place, span
 from ..checks import MAX_COUNT, is_integer, reduction_op, tag_upper_bound
-from .copying import at_origin, check_one_datatype, is_contiguous, laid_out
+from .copying import at_origin, check_one_datatype, check_op_defined, is_contiguous, laid_out
 from .node import ALIGNMENT, NodeLayout, SharedWindow
 
 #: Slots in each node's ring: a rank may run this many calls ahead of its node's last arriver
@@ -256,6 +256,7 @@ class DynamicReduce:
 
     def _dynamic(self, mine: tuple, result, op: MPI.Op, root: int, broadcast: bool) -> None:
         origin, given = mine
+        check_op_defined(op, given.datatype)
         self.counts["dynamic_calls"] += 1
         self.last_call = DYNAMIC_LEADERS
         if given.count == 0:
