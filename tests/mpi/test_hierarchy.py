@@ -1281,6 +1281,26 @@ def test_checked_arguments_raise_on_every_rank():
     checked.Free()
 
 
+@pytest.mark.timeout(60)
+def test_checked_alltoallv_with_one_ranks_bad_arguments_raises_on_every_rank():
+    """check_arguments=True, Alltoallv, rank 0's receive buffer one element short of its counts:
+    rank 0 raised its own error while the other ranks waited in the node barrier for good (Alltoallv
+    took no part in the agreement). Now rank 0 raises its own, the others one naming it."""
+    checked = sparsecoll.wrap(WORLD.Dup(), ranks_per_node=2, check_arguments=True)
+    try:
+        received = numpy.zeros(SIZE - 1 if RANK == 0 else SIZE, dtype=numpy.int32)
+        with pytest.raises(ValueError) as raised:
+            checked.Alltoallv([numpy.zeros(SIZE, numpy.int32), [1] * SIZE], [received, [1] * SIZE])
+        assert "recvbuf" in str(raised.value) if RANK == 0 else \
+            "rank(s) [0] raised on their arguments of this call" in str(raised.value), str(raised.value)
+        sent = numpy.arange(SIZE, dtype=numpy.int32) + 10 * RANK
+        received = numpy.zeros(SIZE, dtype=numpy.int32)
+        checked.Alltoallv([sent, [1] * SIZE], [received, [1] * SIZE])  # every rank in step
+        assert received.tolist() == [RANK + 10 * rank for rank in range(SIZE)]
+    finally:
+        checked.Free()
+
+
 class CountingIntracomm(MPI.Intracomm):
     """The leaders' communicator of :func:`test_inter_node_option`: the library's collectives, counted."""
 

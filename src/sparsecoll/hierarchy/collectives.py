@@ -516,9 +516,11 @@ class Hierarchy:
 
     def alltoallv(self, sendbuf, recvbuf) -> None:
         """``Alltoallv`` (mpi4py's arguments): ExchangeCntData through the shared count table."""
-        received = parse_vector(recvbuf, self.size, readonly=False, arg="recvbuf")
-        sent = received if is_in_place(sendbuf) else parse_vector(sendbuf, self.size, readonly=True,
-                                                                   arg="sendbuf")
+        with self._arguments():
+            received = parse_vector(recvbuf, self.size, readonly=False, arg="recvbuf")
+            sent = received if is_in_place(sendbuf) else parse_vector(sendbuf, self.size, readonly=True,
+                                                                       arg="sendbuf")
+        self._agree("sendbuf or recvbuf")  # (the pairwise counts are not compared: only a rank's failure)
         self._begin()
         k, p = self.node_size, self.size
         table = self._count_table(2 * k * p)
