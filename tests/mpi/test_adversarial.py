@@ -807,6 +807,47 @@ def test_two_threads_per_rank_each_with_more_outstanding_calls_than_channels():
     on_two_threads(comms, body)
 
 
+#: wrapped communicators whose first call of a collective builds its pattern by a protocol
+PROTOCOL_BUILDS = {
+    "common_neighbor": MULTI_STEP["common_neighbor"],
+    "distance_halving": MULTI_STEP["distance_halving"],
+    "node_aware": MULTI_STEP["node_aware"],
+    "loggp_tree": lambda: sparsecoll.wrap(chord_graph(), "loggp_tree"),
+    "direct+coloring": lambda: sparsecoll.wrap(chord_graph(), "direct", coloring=True),
+}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("algorithm", sorted(PROTOCOL_BUILDS))
+def test_two_threads_per_rank_build_patterns_at_once(algorithm):
+    """MPI_THREAD_MULTIPLE: two threads per rank, each making copies of a communicator of its own
+    and a first call on each copy (its pattern protocol), at once. The protocols combined their
+    results with mpi4py's ``allreduce`` of Python objects, whose first call on a communicator
+    duplicates it holding the GIL: a rank's other thread could not run the protocol a peer's
+    thread waited for, and every rank hung (both libraries; raw mpi4py too, see
+    :mod:`sparsecoll.agreement`)."""
+    if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+        pytest.skip("needs MPI_THREAD_MULTIPLE")
+    comms = [PROTOCOL_BUILDS[algorithm]() for _ in range(2)]
+
+    def body(comm, report):
+        for repetition in range(8):
+            copy = comm.Dup()
+            try:
+                send = numpy.array([RANK * 100 + repetition], dtype="i8")
+                recv = numpy.full(len(neighborhood(copy).sources), -1, dtype="i8")
+                copy.Neighbor_allgather(send, recv)
+                check_allgather(copy, send, recv, report)
+            finally:
+                copy.Free()
+    try:
+        with agreed_failures() as failures:
+            failures.extend(_run_threads(comms, body))
+    finally:
+        for comm in comms:
+            comm.Free()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("algorithm", sorted(MULTI_STEP))
 def test_wait_completes_while_a_peer_is_blocked_in_recv(algorithm):

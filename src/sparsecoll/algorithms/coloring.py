@@ -69,6 +69,7 @@ from collections import defaultdict, deque
 
 from mpi4py import MPI
 
+from .. import reductions
 from ..pattern import SEND, Pattern, Step
 from .protocol import ProtocolChannel, protocol_communicator
 
@@ -245,7 +246,7 @@ def edge_colors(pattern: Pattern, comm) -> tuple:
             max((max(len(outs), len(ins)) for outs, ins in zip(out_peers, in_peers)), default=0),
             coloring.rounds,
         )
-        colors, max_degree, rounds = private.allreduce(local, op=_elementwise_max)
+        colors, max_degree, rounds = reductions.allreduce(private, local, op=_elementwise_max)
     info = {"colors": colors, "max_degree": max_degree, "coloring_rounds": rounds,
             "coloring_messages": coloring.channel.sent}
     return coloring.out_colors, coloring.in_colors, info

@@ -84,6 +84,7 @@ from collections import Counter, defaultdict
 import numpy
 from mpi4py import MPI
 
+from .. import reductions
 from ..checks import positive_integer
 from ..pattern import ALLGATHER, Message, Pattern, Step, gather_item, personal_item
 from ..topology import PROC_NULL, Topology
@@ -222,7 +223,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
             run.refresh_m()
             covered = run.pair_and_notify() if not run.done else set()
             run.take_notes(covered)
-        pairs_total = private.allreduce(run.info["friends_paired"], op=MPI.SUM) // 2
+        pairs_total = reductions.allreduce(private, run.info["friends_paired"], op=MPI.SUM) // 2
     info = run.info
     return Pattern(family, topology.rank, run.steps.steps(), info={
         "theta": theta,

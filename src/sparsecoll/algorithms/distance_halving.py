@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 import numpy
 from mpi4py import MPI
 
+from .. import reductions
 from ..pattern import ALLGATHER, Message, Pattern, Step, gather_item
 from ..topology import PROC_NULL, Topology
 from ..topology.placement import check_options as check_placement_options
@@ -384,7 +385,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     with protocol_communicator(comm) as protocol:
         plan = build_cp(topology, protocol, L)
         found = sum(1 for s in plan.steps if s.agent >= 0)
-        with_agent = protocol.allreduce(1 if found else 0)
+        with_agent = reductions.allreduce(protocol, 1 if found else 0)
     plan.info.update(placement.describe())
     plan.info.update({
         "halving_steps": len(plan.steps),

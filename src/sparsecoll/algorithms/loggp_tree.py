@@ -98,6 +98,7 @@ from collections import defaultdict
 
 from mpi4py import MPI
 
+from .. import reductions
 from ..checks import is_integer, nonnegative_number, positive_integer
 from ..pattern import ALLGATHER, Message, Pattern, Step
 from ..topology import PROC_NULL, Topology
@@ -282,15 +283,15 @@ def _balance(outgoing: _Outgoing, channel: ProtocolChannel, family: str, options
     moved_last, iterations = True, 0
     while True:
         d = outgoing.degree
-        m, s, moved_any = comm.allreduce((d, d, moved_last), op=_extremes)
+        m, s, moved_any = reductions.allreduce(comm, (d, d, moved_last), op=_extremes)
         if m - s <= t or not moved_any:
             return iterations
         iterations += 1
         heavy = d - s > t and 2 * d >= m + s
         light = d - s <= t // 2
         flags = (int(heavy), int(light))
-        index = comm.exscan(flags, op=_add) or (0, 0)
-        pairs = min(comm.allreduce(flags, op=_add))
+        index = reductions.exscan(comm, flags, op=_add) or (0, 0)
+        pairs = min(reductions.allreduce(comm, flags, op=_add))
         heavy_index, light_index = index
         paired_heavy = heavy and heavy_index < pairs
         paired_light = light and light_index < pairs
@@ -353,7 +354,7 @@ def build(topology: Topology, comm, options: dict, family: str) -> Pattern:
     options = check_options(options, topology.size)
     with protocol_communicator(comm) as private:
         parameters = tuple(options[name] for name in PARAMETERS)
-        if private.allreduce(parameters, op=_same) is None:  # every rank raises alike, before the protocol
+        if reductions.allreduce(private, parameters, op=_same) is None:  # every rank raises alike, before the protocol
             raise ValueError(f"options: ranks passed different values of {', '.join(PARAMETERS)} "
                              "(or LogGP files that differ); every rank must pass the same")
         channel = ProtocolChannel(private)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
+from .. import reductions
 from .collectives import Hierarchy
 
 
@@ -80,7 +81,8 @@ def hierarchy_of(comm: MPI.Intracomm, options) -> Hierarchy:
         return hierarchy
     hierarchy, inter_node = found
     if options.get("inter_node") is not None:
-        same = MPI.Intracomm.allreduce(comm, inter_node is options["inter_node"], op=MPI.LAND)  # the library's
+        library = MPI.Intracomm(comm)  # the library's allgather, not a wrapper's hierarchical one
+        same = reductions.allreduce(library, inter_node is options["inter_node"], op=MPI.LAND)
         if not same:
             hierarchy = Hierarchy(comm, **options)
             registry["own"].append(hierarchy)

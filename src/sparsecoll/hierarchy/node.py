@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy
 from mpi4py import MPI
 
+from .. import reductions
 from ..checks import positive_integer
 from ..topology import placement as placement_module
 
@@ -157,7 +158,7 @@ class SharedWindow:
         memory, so views taken before are invalid.
         """
         if not agreed:
-            nbytes = self.node_comm.allreduce(int(nbytes), op=MPI.MAX)
+            nbytes = reductions.allreduce(self.node_comm, int(nbytes), op=MPI.MAX)
         if nbytes <= self.segment_bytes:
             return False
         grown = max(int(nbytes), 2 * self.segment_bytes)

@@ -18,7 +18,7 @@ from types import MappingProxyType
 import numpy
 from mpi4py import MPI
 
-from .. import algorithms, execute
+from .. import algorithms, execute, reductions
 from ..bind import bind, has_transit
 from ..buffers import (
     Blocks,
@@ -350,7 +350,7 @@ class CommRuntime:
         which every rank asks at the same call."""
         if self._library_allowed is None:
             faulty = library_fault(self.topology, library_name()) is not None
-            self._library_allowed = not self.private.allreduce(faulty, op=MPI.LOR)
+            self._library_allowed = not reductions.allreduce(self.private, faulty, op=MPI.LOR)
         return self._library_allowed
 
     def decided_flag(self, plan: Plan, collective: str) -> list:
@@ -418,7 +418,7 @@ class CommRuntime:
         topology = self.topology
         transit = has_transit(pattern, topology)
         blind = transit and pattern.family == "alltoall" and not (topology.indegree or topology.outdegree)
-        flags = self.private.allreduce(int(transit) | 2 * int(blind), op=MPI.BOR)
+        flags = reductions.allreduce(self.private, int(transit) | 2 * int(blind), op=MPI.BOR)
         return bool(flags & 1), bool(flags & 2)
 
     # -- arguments --------------------------------------------------------------------------

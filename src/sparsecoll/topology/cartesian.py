@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy
 from mpi4py import MPI
 
+from .. import reductions
 from ..checks import MAX_COUNT, is_integer
 from . import CART, PROC_NULL, Topology, graph_topology
 
@@ -324,11 +325,11 @@ def detect(comm: MPI.Comm, topology: Topology, grid_option) -> Topology:
     if all(grid.periods):
         candidate = comm.bcast(mine, root=0)
     else:
-        candidate = comm.allreduce(mine, op=_merge_offsets)
+        candidate = reductions.allreduce(comm, mine, op=_merge_offsets)
     expected_out = sorted(n for n in candidate if grid.shift(rank, n, +1) != PROC_NULL)
     expected_in = sorted(n for n in candidate if grid.shift(rank, n, -1) != PROC_NULL)
     incoming = sorted(grid.relative(s, rank) for s in topology.sources if s != PROC_NULL)
-    isomorphic = comm.allreduce(mine == expected_out and incoming == expected_in, op=MPI.LAND)
+    isomorphic = reductions.allreduce(comm, mine == expected_out and incoming == expected_in, op=MPI.LAND)
     if not isomorphic:
         reason = (f"the neighborhoods are not translations of one offset list on the grid "
                   f"dims={list(grid.dims)}, periods={list(grid.periods)}")
