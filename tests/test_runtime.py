@@ -508,3 +508,16 @@ def test_a_bad_progress_interval_is_a_value_error_naming_the_variable(text):
     with pytest.raises(ValueError, match="SPARSECOLL_PROGRESS_INTERVAL"):
         interval_setting(text)
     assert interval_setting(None) == interval_setting(" ") == 0.002 and interval_setting("0.01") == 0.01
+
+
+@pytest.mark.parametrize("text", ["off", "OFF", "False", "No", " 0 ", "2", "abc"])
+def test_progress_thread_setting_takes_the_usual_spellings_or_names_the_variable(text):
+    """``SPARSECOLL_PROGRESS_THREAD``: only ``0``, ``false`` and ``no`` turned the thread off; ``off``,
+    ``False``, ``NO`` or `` 0 `` silently left it on, as did any other text."""
+    from sparsecoll.runtime.progress import thread_setting
+    if text.strip().lower() in ("off", "false", "no", "0"):
+        assert thread_setting(text) is False
+    else:
+        with pytest.raises(ValueError, match="SPARSECOLL_PROGRESS_THREAD"):
+            thread_setting(text)
+    assert thread_setting(None) is thread_setting("") is thread_setting("1") is thread_setting("On") is True

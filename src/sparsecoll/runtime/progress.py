@@ -124,8 +124,23 @@ def interval_setting(text: str | None, default: float = 0.002) -> float:
     return seconds
 
 
+def thread_setting(text: str | None) -> bool:
+    """Whether ``SPARSECOLL_PROGRESS_THREAD`` lets the progress thread run: on where unset or
+    empty, ``1``/``true``/``yes``/``on``; off for ``0``/``false``/``no``/``off`` (any case, spaces
+    around ignored); else ValueError naming the variable. (Only ``0``, ``false`` and ``no`` turned
+    it off before: ``off``, ``False`` or ``NO`` silently left it on, as did any other text.)"""
+    value = (text or "").strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"SPARSECOLL_PROGRESS_THREAD: expected 0/1, false/true, no/yes or off/on, got {text!r}")
+
+
 #: Seconds without progress driven by a sparsecoll call after which the progress thread steps in.
 PROGRESS_INTERVAL = interval_setting(os.environ.get("SPARSECOLL_PROGRESS_INTERVAL"))
+#: Whether the environment lets the progress thread run (it runs only at ``MPI_THREAD_MULTIPLE``).
+PROGRESS_THREAD = thread_setting(os.environ.get("SPARSECOLL_PROGRESS_THREAD"))
 #: The longest the thread waits between looks while the rank's own calls drive progress.
 PROGRESS_INTERVAL_MAX = max(PROGRESS_INTERVAL, 0.008)
 
@@ -165,8 +180,7 @@ class ProgressEngine:
 
     def _allows_thread(self) -> bool:
         if self._thread_allowed is None:
-            wanted = os.environ.get("SPARSECOLL_PROGRESS_THREAD", "1") not in ("0", "false", "no")
-            self._thread_allowed = wanted and MPI.Query_thread() == MPI.THREAD_MULTIPLE
+            self._thread_allowed = PROGRESS_THREAD and MPI.Query_thread() == MPI.THREAD_MULTIPLE
         return self._thread_allowed
 
     def advance_all(self) -> None:
