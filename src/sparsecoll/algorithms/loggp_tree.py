@@ -47,7 +47,8 @@ What this module builds, and where it reads the paper:
   A move strictly lowers both ends below ``m_h`` (``m_h - X + 1 < m_h`` and
   ``s_l + X < m_h``), so the sorted degree vector falls lexicographically and the loop
   ends. Three collectives and at most four point-to-point messages per pair and
-  iteration, each collective ``O(log P)``.
+  iteration, each collective ``O(log P)`` rounds (an allgather of small objects:
+  :mod:`sparsecoll.reductions` says why not mpi4py's reduction).
 * **Which messages move.** Never one to ``l`` itself, never a *pinned* one (one that
   carries items a proxy forwards: moving it would delay the forwarding), and never one
   carrying an item that originates at ``l`` (it would travel back through ``h``). Of the
