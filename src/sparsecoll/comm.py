@@ -916,7 +916,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
     ``MPI.Cartcomm`` a distributed graph was built on), with any algorithm, asks to detect
     whether the neighborhoods are translations of one offset list on that grid, which enables
     the Cartesian algorithms on the handle (collective, once per handle; the result is a
-    ``CartNeighborhoodComm`` where they are).
+    ``CartNeighborhoodComm`` where they are); on a handle whose Cartesian neighborhood is known
+    already it must name that neighborhood's grid (a ValueError naming ``grid`` otherwise).
     ``rebind=True`` binds the schedule anew on every blocking and nonblocking call
     instead of caching it (the non-persistent mode of the HiPC 2017 paper's
     evaluation); ``*_init`` requests always bind once. ``executor`` names the executor
@@ -1015,6 +1016,8 @@ def wrap(comm, algorithm: str = "auto", *, topology: Topology | None = None, reb
                                   (global_collectives, options_key(hierarchy_options)), refused)
     if grid_option is not None and runtime.topology.offsets is None:
         runtime.set_topology(cartesian_topology.detect(runtime.private, runtime.topology, grid_option))
+    elif grid_option is not None and runtime.topology.cart is not None:  # known: the stated grid must be its own
+        cartesian_topology.check_stated_grid(runtime.private, runtime.topology, grid_option)
     runtime.check_supported(plan)
     if wrapper_class is Distgraphcomm and cartesian_topology.is_cartesian(runtime.topology):
         wrapper_class = CartNeighborhoodComm

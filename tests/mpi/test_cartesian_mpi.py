@@ -286,6 +286,26 @@ def test_weights_empty_for_an_empty_neighborhood():
     _expect_error_everywhere(ValueError, "weights: MPI.WEIGHTS_EMPTY", weights=MPI.WEIGHTS_EMPTY)
 
 
+def test_a_grid_stated_for_a_known_neighborhood_must_be_its_own():
+    # wrap(comm, grid=...) on what cart_neighborhood_create made ignored the grid unread: other
+    # periods, or a malformed grid, went unnoticed
+    p = WORLD.Get_size()
+    comm = sparsecoll.cart_neighborhood_create(WORLD, [p], [True], [(1,), (-1,)])
+    try:
+        again = sparsecoll.wrap(comm, "cartesian", grid=([p], [True]))
+        assert again.offsets == comm.offsets
+        with pytest.raises(ValueError, match="grid: .* neighborhood is on dims"):
+            sparsecoll.wrap(comm, "cartesian", grid=([p], [False]))
+        with pytest.raises(TypeError, match="grid: expected"):
+            sparsecoll.wrap(comm, "cartesian", grid=7)
+        rank = WORLD.Get_rank()
+        received = numpy.full(2, -1, "i4")
+        comm.Neighbor_allgather(numpy.array([rank], "i4"), received)
+        assert list(received) == [(rank - 1) % p, (rank + 1) % p]
+    finally:
+        comm.Free()
+
+
 def test_bad_input_grid_option():
     graph = WORLD.Create_dist_graph_adjacent([], [])
     try:

@@ -290,6 +290,30 @@ def _merge_offsets(a: list, b: list) -> list:
     return result + a[i:] + b[j:]
 
 
+def _agreed_grid(comm: MPI.Comm, grid_option) -> Grid:
+    """The ``grid`` option's Grid, the same on every rank or a TypeError/ValueError on every rank
+    (collective: :func:`agree`)."""
+    def local():
+        grid = grid_from_option(grid_option, comm.Get_size())
+        return grid, fingerprint(grid)
+
+    return agree(comm, local, what=GRID_OPTION)
+
+
+def check_stated_grid(comm: MPI.Comm, topology: Topology, grid_option) -> None:
+    """ValueError naming ``grid`` where ``topology``'s Cartesian neighborhood is known already (one
+    :func:`sparsecoll.cart_neighborhood_create` made) and the stated grid has other dimensions or
+    periods (before, such a ``grid`` was not even read). Collective over ``comm``: the ranks
+    agree on the option first, and the neighborhood's grid is every rank's, so all raise alike."""
+    grid = _agreed_grid(comm, grid_option)
+    dims, periods, _ = topology.cart
+    known = (tuple(int(n) for n in dims), tuple(bool(p) for p in periods))
+    if (tuple(grid.dims), tuple(bool(p) for p in grid.periods)) != known:
+        raise ValueError(f"{GRID_OPTION}: dims={list(grid.dims)}, periods={list(grid.periods)}, but this "
+                         f"communicator's Cartesian neighborhood is on dims={list(known[0])}, "
+                         f"periods={list(known[1])}")
+
+
 def detect(comm: MPI.Comm, topology: Topology, grid_option) -> Topology:
     """Detect whether a distributed graph is one offset list translated over a grid.
 
@@ -311,11 +335,7 @@ def detect(comm: MPI.Comm, topology: Topology, grid_option) -> Topology:
     and the counts are the same; the rounds and the order of items in a message may differ from
     those the simulator (which keeps the generator's list) shows.
     """
-    def local():
-        grid = grid_from_option(grid_option, comm.Get_size())
-        return grid, fingerprint(grid)
-
-    grid = agree(comm, local, what=GRID_OPTION)
+    grid = _agreed_grid(comm, grid_option)
     if topology.kind == CART:
         reason = ("an MPI Cartesian communicator matches its +-1 neighbors by position, not by offset; "
                   "create the neighborhood with sparsecoll.cart_neighborhood_create")
