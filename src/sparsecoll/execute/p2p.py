@@ -196,6 +196,18 @@ def _delete_self_channel(comm, keyval, channel) -> None:
 _SELF_CHANNEL = MPI.Comm.Create_keyval(delete_fn=_delete_self_channel)
 
 
+def take_errhandler(source: MPI.Comm, made) -> None:
+    """Give each communicator of ``made`` the error handler ``source`` has now (local). mpi4py gives
+    every communicator it makes ``ERRORS_RETURN``, and errors on those sparsecoll makes for a
+    handle are the handle's."""
+    handler = source.Get_errhandler()
+    try:
+        for comm in made:
+            comm.Set_errhandler(handler)
+    finally:
+        handler.Free()
+
+
 def route(comm, peer: int) -> tuple:
     """The communicator and rank a message of ``comm`` to or from ``peer`` goes by: ``(comm,
     peer)``, except a message to self on an MPI communicator of several ranks, which goes to
@@ -213,9 +225,7 @@ def route(comm, peer: int) -> tuple:
     channel = comm.Get_attr(_SELF_CHANNEL)
     if channel is None:
         channel = MPI.COMM_SELF.Dup()
-        handler = comm.Get_errhandler()
-        channel.Set_errhandler(handler)
-        handler.Free()
+        take_errhandler(comm, [channel])
         comm.Set_attr(_SELF_CHANNEL, channel)
     return channel, 0
 

@@ -61,6 +61,7 @@ from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, parse_vector, reject_in_place
 from ..checks import is_integer, reduction_op
+from ..execute.p2p import take_errhandler
 from . import leaders
 from .copying import (
     check_one_datatype,
@@ -170,10 +171,7 @@ class Hierarchy:
         if reduce == "dynamic":
             self.dynamic = DynamicReduce(MPI.Intracomm(comm), self.layout, partial(self.reduce, fixed=True),
                                          partial(self.allreduce, fixed=True), "fixed leaders")
-        handler = comm.Get_errhandler()  # mpi4py gives what it makes ERRORS_RETURN: their errors are comm's
-        for made in self.communicators():
-            made.Set_errhandler(handler)
-        handler.Free()
+        take_errhandler(comm, self.communicators())
 
     # -- introspection and lifetime ---------------------------------------------------------------
     def stats(self) -> dict:

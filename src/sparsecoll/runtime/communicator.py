@@ -32,7 +32,7 @@ from ..buffers import (
 )
 from ..checks import nonnegative_integer
 from ..execute import StepExecutor  # the size pass and request counts use the default
-from ..execute.p2p import pattern_wire_sends, route, self_channel
+from ..execute.p2p import pattern_wire_sends, route, self_channel, take_errhandler
 from ..model.choice import library_fault, local_nonblocking_library_fault, size_class
 from ..model.profile import FORMS, ProfileError, library_name
 from ..pattern import FAMILIES, REGULAR, family_of, stats
@@ -95,9 +95,7 @@ class CommRuntime:
         and one set since an ``Idup`` counts), and so does its channel to self, made here."""
         if private is None:
             private = _plain(comm).Dup()  # collective
-        handler = comm.Get_errhandler()
-        private.Set_errhandler(handler)
-        handler.Free()
+        take_errhandler(comm, [private])
         self.private = private
         route(self.private, self.private.Get_rank())  # its channel to self, made here: never under the engine's lock
         self.topology = topology if topology is not None else from_comm(comm)

@@ -305,13 +305,11 @@ def check_stated_grid(comm: MPI.Comm, topology: Topology, grid_option) -> None:
     :func:`sparsecoll.cart_neighborhood_create` made) and the stated grid has other dimensions or
     periods (before, such a ``grid`` was not even read). Collective over ``comm``: the ranks
     agree on the option first, and the neighborhood's grid is every rank's, so all raise alike."""
-    grid = _agreed_grid(comm, grid_option)
-    dims, periods, _ = topology.cart
-    known = (tuple(int(n) for n in dims), tuple(bool(p) for p in periods))
-    if (tuple(grid.dims), tuple(bool(p) for p in grid.periods)) != known:
+    grid, known = _agreed_grid(comm, grid_option), grid_of(topology)
+    if grid != known:
         raise ValueError(f"{GRID_OPTION}: dims={list(grid.dims)}, periods={list(grid.periods)}, but this "
-                         f"communicator's Cartesian neighborhood is on dims={list(known[0])}, "
-                         f"periods={list(known[1])}")
+                         f"communicator's Cartesian neighborhood is on dims={list(known.dims)}, "
+                         f"periods={list(known.periods)}")
 
 
 def detect(comm: MPI.Comm, topology: Topology, grid_option) -> Topology:
