@@ -93,6 +93,8 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["simulate", "--ranks", "0"], "--ranks"), (["simulate", "--sizes", "abc"], "--sizes"),
     (["simulate", "--sizes=-4"], "--sizes"), (["simulate", "--placement", "abc"], "placement"),
     (["simulate", "--algorithms", "auto"], "--algorithms"),
+    (["simulate", "--algorithms", ""], "--algorithms"), (["simulate", "--algorithms", ","], "--algorithms"),
+    (["simulate", "--algorithms", "direct,cartesian,direct"], "--algorithms"),
     (["simulate", "--ranks", "8", "--topology", "hotspot:root=99"], "root"),
     (["simulate", "--topology", "random:density=2"], "density"),
     (["bench", "--topology", "sparse-alltoall:p=2"], "p:"), (["calibrate", "--sizes", "abc"], "--sizes"),

@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
                              "matrix:PATH (empty PATH: a bundled SuiteSparse matrix; needs scipy), "
                              "as the benchmark's (all but cart)")
     parser.add_argument("--algorithms", default="direct",
-                        help="registered algorithms, comma separated, each NAME[+OPTION[=VALUE]]... "
+                        help="registered algorithms, comma separated, each once, each NAME[+OPTION[=VALUE]]... "
                              "(e.g. direct+coloring)")
     parser.add_argument("--execution", default="steps",
                         help="comma list of steps (a step starts when the rank's previous one is done) and "
@@ -151,11 +151,13 @@ def run(args) -> int:
         raise SystemExit(f"simulate: {exc}") from None
     if args.nic and placement is None:
         raise SystemExit("simulate: --nic needs --placement")
-    names = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     executions = [e.strip() for e in args.execution.split(",") if e.strip()]
     try:
         from sparsecoll.algorithms import AUTO, check_options, parse_variant
         from sparsecoll.model.evaluate import EXECUTIONS
+
+        from .bench.command import algorithm_columns
+        names = algorithm_columns(args.algorithms)  # the bench's rule: at least one, each once
         for name in names:
             if parse_variant(name)[0] == AUTO:
                 raise ValueError("--algorithms: 'auto' chooses per call on a live communicator; name the algorithms "
