@@ -208,6 +208,36 @@ def test_distance_halving_halves_with_the_placement_it_is_given():
     assert run.summary()["max_steps"] > 1  # 64 ranks, 8 per socket: halving steps before the final one
 
 
+def test_simulate_charges_the_placement_the_builders_read_from_the_environment(monkeypatch, capsys):
+    """SPARSECOLL_PLACEMENT reaches the builders on virtual ranks; the model, the results and the
+    header say the same placement (they said none, and predicted an all pairs network)."""
+    from sparsecoll.model.params import hockney
+    from sparsecoll.sim.simulate import simulate
+    from sparsecoll.tools.cli import main
+    machine = hockney(1.0, 0.0)
+    monkeypatch.setenv("SPARSECOLL_PLACEMENT", "4x1")
+    by_environment = simulate(16, "random:density=0.5", ["node_aware"], "allgather", [4], machine)
+    monkeypatch.delenv("SPARSECOLL_PLACEMENT")
+    given = simulate(16, "random:density=0.5", ["node_aware"], "allgather", [4], machine, Placement(4, 1))
+    assert by_environment["placement"] == "4x1"
+    assert by_environment["algorithms"]["node_aware"]["latency"] == given["algorithms"]["node_aware"]["latency"]
+    monkeypatch.setenv("SPARSECOLL_PLACEMENT", "4x1")
+    assert main(["simulate", "--ranks", "16", "--topology", "random:density=0.5", "--algorithms", "node_aware",
+                 "--sizes", "4"]) == 0
+    assert "placement 4x1 (from SPARSECOLL_PLACEMENT)" in capsys.readouterr().out
+    for value, ranks, named in (("abc", 16, "SPARSECOLL_PLACEMENT"), ("32x1", 16, "SPARSECOLL_PLACEMENT"),
+                                (None, 16, "--placement")):
+        if value is None:
+            monkeypatch.delenv("SPARSECOLL_PLACEMENT")
+        else:
+            monkeypatch.setenv("SPARSECOLL_PLACEMENT", value)
+        extra = ["--placement", "32x1"] if value is None else []
+        with pytest.raises(SystemExit) as exit_info:  # a bad one: one line before any build (was a traceback)
+            main(["simulate", "--ranks", str(ranks), "--topology", "random:density=0.5", "--algorithms",
+                  "direct,node_aware", *extra])
+        assert str(exit_info.value.code).startswith(f"simulate: {named}"), exit_info.value.code
+
+
 def _drop_one_receive(build):
     def broken(topology, comm, options, family):
         pattern = build(topology, comm, options, family)

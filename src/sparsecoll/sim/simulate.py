@@ -29,6 +29,23 @@ def parse_labelled_params(texts) -> dict:
     return machines
 
 
+def model_placement(ranks: int, placement=None):
+    """The placement the model charges for ``ranks`` virtual ranks: ``placement`` where given,
+    else the one ``SPARSECOLL_PLACEMENT`` names (checked for ``ranks``; ValueError naming the
+    variable), else None (an all pairs network).
+
+    The builders on virtual ranks read ``SPARSECOLL_PLACEMENT`` themselves where no placement
+    is handed to them (:func:`sparsecoll.topology.placement.override`), so the model must
+    charge the same one: with the variable set and no placement given, ``node_aware`` and
+    ``distance_halving`` were built for its nodes and predicted on an all pairs network.
+    """
+    if placement is not None:
+        return placement
+    from ..topology.placement import override
+    forced = override(ranks)
+    return None if forced is None else forced.placement
+
+
 def simulate(ranks: int, topology: str, algorithms, family: str, sizes, machine, placement=None,
              nic: bool = False, duplex: bool = False, verify: bool = True, compare=None,
              executions=("steps",)) -> dict:
@@ -36,7 +53,8 @@ def simulate(ranks: int, topology: str, algorithms, family: str, sizes, machine,
 
     ``algorithms``: names with options (``direct+coloring``), each a key of the results.
     ``placement`` places the ranks for the model and is handed to the algorithms that
-    take one (:func:`.harness.placement_options`: distance halving halves down to it).
+    take one (:func:`.harness.placement_options`: distance halving halves down to it);
+    None: :func:`model_placement`'s (``SPARSECOLL_PLACEMENT``'s where set).
     ``machine`` gives ``latency`` and ``speedup_over_direct`` for the first of
     ``executions`` (``"steps"``, ``"dag"``) and ``latency_by_execution`` /
     ``speedup_over_direct_by_execution`` for each; ``compare`` (``{label: Machine}``) adds
@@ -48,6 +66,7 @@ def simulate(ranks: int, topology: str, algorithms, family: str, sizes, machine,
     from ..topology.specs import generate
     from .harness import build_patterns, placement_options
 
+    placement = model_placement(ranks, placement)
     executions = list(dict.fromkeys(executions))
     if not executions or any(e not in EXECUTIONS for e in executions):
         raise ValueError(f"executions: expected some of {EXECUTIONS}, got {executions!r}")

@@ -36,7 +36,8 @@ def add_arguments(parser) -> None:
                              "dag (each message as soon as its dependencies allow); the first gives 'latency'")
     parser.add_argument("--family", default="allgather", choices=FAMILIES)
     parser.add_argument("--sizes", default="4,64,1024", help="bytes per block, comma separated")
-    parser.add_argument("--placement", default=None, help="LxS: L ranks per socket, S sockets per node")
+    parser.add_argument("--placement", default=None, help="LxS: L ranks per socket, S sockets per node "
+                        "(default: $SPARSECOLL_PLACEMENT where set, which the builders read too)")
     parser.add_argument("--params", default=None,
                         help=f"parameter file (sparsecoll calibrate); default ./{DEFAULT_PARAMS} if present, "
                              "else a normalized Hockney model (alpha = 1, beta = 0: latency in units of alpha)")
@@ -128,8 +129,9 @@ def write_outputs(results: dict, out: str) -> list:
 def run(args) -> int:
     """Run ``sparsecoll simulate``."""
     from sparsecoll.model.params import Placement
-    from sparsecoll.sim.simulate import parse_labelled_params, simulate
+    from sparsecoll.sim.simulate import model_placement, parse_labelled_params, simulate
     from sparsecoll.topology import specs
+    from sparsecoll.topology.placement import ENVIRONMENT, check_override
 
     from .launch import check_output_path
     try:
@@ -144,11 +146,16 @@ def run(args) -> int:
         if min(sizes) < 1:
             raise ValueError(f"--sizes: expected positive byte counts, got {args.sizes!r}")
         placement = Placement.parse(args.placement) if args.placement else None
+        if placement is not None:  # as the builders that take one check it (a traceback from inside them)
+            check_override(placement.L, placement.S, args.ranks, "--placement")
+        placement = model_placement(args.ranks, placement)
         machine, where = load_machine(args.params)
         if args.out:
             check_output_path(args.out, "--out", directory=True)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"simulate: {exc}") from None
+    placed = "none (all pairs network)" if placement is None else \
+        f"{placement}{'' if args.placement else f' (from {ENVIRONMENT})'}"
     if args.nic and placement is None:
         raise SystemExit("simulate: --nic needs --placement")
     executions = [e.strip() for e in args.execution.split(",") if e.strip()]
@@ -172,7 +179,7 @@ def run(args) -> int:
                        nic=args.nic, duplex=args.duplex, verify=not args.no_verify, compare=compare,
                        executions=executions)
     print(f"{args.ranks} virtual ranks, topology {args.topology} ({results['edges']} edges), {args.family}, "
-          f"{machine.model} model from {where}, placement {args.placement or 'none (all pairs network)'}"
+          f"{machine.model} model from {where}, placement {placed}"
           f"{', node injection serialized' if args.nic else ''}{', duplex ports' if args.duplex else ''}")
     print("t(mB)[execution]: predicted latency in seconds (model units for the normalized model); x: speedup over "
           "direct in the same execution;"
