@@ -110,6 +110,7 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["simulate", "--out", "README.md/sim"], "--out"),
     (["simulate", "--params", "benchmarks/16core/profiles/mpich.json"], "--params"),
     (["simulate", "--params", "README.md"], "--params"),
+    (["simulate", "--compare-params", "x=no/such.json"], "compare-params: x=no/such.json"),
     (["bench", "--np", "2", "--topology", "hotspot:root=5"], "root"),
     (["bench", "--topology", "stencil:d=-1"], "d:"), (["bench", "--topology", "stencil:n=0"], "n:"),
     (["bench", "--np", "2", "--topology", "cart:d=0"], "d:"),

@@ -201,8 +201,11 @@ def test_simulate_compares_parameter_sets_from_the_same_patterns(tmp_path):
     path = tmp_path / "slow.json"
     slow.save(path)
     assert parse_labelled_params([f"slow={path}"]) == {"slow": slow}
-    for bad in ("slow", f"={path}", "slow="):
-        with pytest.raises(ValueError, match="compare-params"):
+    (tmp_path / "notes.txt").write_text("not JSON\n")
+    # a missing file, a directory, not a parameter file: named as --params' are (OSError without the option before)
+    for bad in ("slow", f"={path}", "slow=", f"slow={tmp_path / 'missing.json'}", f"slow={tmp_path}",
+                f"slow={tmp_path / 'notes.txt'}"):
+        with pytest.raises(ValueError, match="^compare-params"):
             parse_labelled_params([bad])
 
 

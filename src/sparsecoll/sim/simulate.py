@@ -16,7 +16,8 @@ import time
 
 
 def parse_labelled_params(texts) -> dict:
-    """``["label=path", ...]`` -> ``{label: Machine}`` (for ``--compare-params``)."""
+    """``["label=path", ...]`` -> ``{label: Machine}`` (for ``--compare-params``); ValueError naming
+    ``compare-params`` and the entry where one is malformed or its file cannot be read."""
     from ..model.params import Machine
     machines = {}
     for text in texts:
@@ -25,7 +26,10 @@ def parse_labelled_params(texts) -> dict:
             raise ValueError(f"compare-params: expected LABEL=FILE, got {text!r}")
         if label in machines:
             raise ValueError(f"compare-params: label {label!r} given twice")
-        machines[label] = Machine.load(path)
+        try:
+            machines[label] = Machine.load(path)
+        except (OSError, ValueError) as exc:  # named as --params' are: which option, which file
+            raise ValueError(f"compare-params: {label}={path}: {exc}") from None
     return machines
 
 
