@@ -65,7 +65,8 @@ def test_spec_parser():
     assert parsed("matrix:")[1]["path"].endswith("dwt_193.mtx")
     assert generate("sparse-alltoall:p=0.3,seed=2", 30).destinations == random_sparse(30, 0.3, 2).destinations
     for bad in ("torus:D=2", "random:dens=0.2", "moore:D=two", "random:density=1.5", "random", "stencil:d=x",
-                "cart:d=2", "matrix:/no/such.mtx", "hotspot:root=8", "hotspot:root=x"):
+                "cart:d=2", "matrix:/no/such.mtx", "hotspot:root=8", "hotspot:root=x", "stencil:d=2,n=3,d=3",
+                "random:density=0.1,seed=1,seed=2"):
         with pytest.raises((ValueError, FileNotFoundError)):
             generate(bad, 8)
 

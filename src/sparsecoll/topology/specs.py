@@ -109,6 +109,8 @@ def _parse(text) -> Spec:
         key = key.strip()
         if not eq or key not in kind.types:
             raise ValueError(f"topology: bad parameter {part!r} for {name!r}; known: {sorted(kind.types)}")
+        if key in params:  # the last one won silently: stencil:d=2,n=3,d=3 ran d=3
+            raise ValueError(f"topology: parameter {key!r} of {name!r} given twice in {text!r}")
         try:
             params[key] = kind.types[key](value)
         except ValueError:
