@@ -108,6 +108,7 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["calibrate", "--model", "loggp", "--out", "README.md/p.json"], "--out"),
     (["bench", "--out", "README.md"], "--out"),
     (["simulate", "--out", "README.md/sim"], "--out"),
+    (["simulate", "--out", ""], "--out: an empty path"),
     (["simulate", "--params", "benchmarks/16core/profiles/mpich.json"], "--params"),
     (["simulate", "--params", "README.md"], "--params"),
     (["simulate", "--compare-params", "x=no/such.json"], "compare-params: x=no/such.json"),

@@ -150,7 +150,7 @@ def run(args) -> int:
             check_override(placement.L, placement.S, args.ranks, "--placement")
         placement = model_placement(args.ranks, placement)
         machine, where = load_machine(args.params)
-        if args.out:
+        if args.out is not None:  # "" too: check_output_path names it (it was ignored, nothing written)
             check_output_path(args.out, "--out", directory=True)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"simulate: {exc}") from None
