@@ -618,6 +618,23 @@ def test_sparsecoll_calibrate_says_where_it_replaces_another_librarys_profile(tm
     assert Profile.load(out).mpi_library == library_name()
 
 
+def test_auto_gives_open_mpi_the_side_a_rank_has_no_edges_on():
+    """open-mpi/ompi#14452: Open MPI compares a rank's send and receive counts even where one of its
+    degrees is 0, so auto's library calls there get that side with the other's count."""
+    from sparsecoll.topology import graph_topology
+    absent = choice.library_absent_side
+    source_only = graph_topology(0, 3, [], [1, 2])  # sends, receives nothing
+    sink_only = graph_topology(0, 3, [1, 2], [])
+    alone, both = graph_topology(0, 3, [], []), graph_topology(0, 3, [1], [2])
+    assert absent(source_only, "Open MPI 5.0", "alltoall") == absent(source_only, "Open MPI 5.0", "allgather") == "recv"
+    assert absent(sink_only, "Open MPI 5.0", "alltoall") == "send"
+    assert absent(sink_only, "Open MPI 5.0", "allgather") is None  # an allgather always sends its one block
+    assert absent(alone, "Open MPI 5.0", "allgather") == "recv" and absent(alone, "Open MPI 5.0", "alltoall") is None
+    assert absent(both, "Open MPI 5.0", "alltoall") is None
+    assert absent(source_only, "MPICH 5.0", "alltoall") is None
+    assert absent(source_only, "Open MPI 5.0", "alltoallv") is None  # the v/w forms take explicit counts
+
+
 def test_auto_never_runs_a_library_call_known_to_be_wrong():
     from sparsecoll.topology import CART, PROC_NULL, graph_topology
     ring_of_two = graph_topology(0, 2, [1, 1], [1, 1], kind=CART)  # periodic ring of 2: both neighbors rank 1

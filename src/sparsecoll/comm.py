@@ -34,7 +34,8 @@ from .hierarchy import GLOBAL_COLLECTIVES, Hierarchy, global_collective_name, ob
 from .hierarchy.handles import hierarchies, hierarchy_of, options_key
 from .hierarchy.offsets import exclusive_sum
 from .hierarchy.reduce_dynamic import MODES as REDUCE_MODES
-from .model.profile import FORMS
+from .model import choice as model_choice
+from .model.profile import FORMS, library_name
 from .pattern import family_of
 from .runtime import CommRuntime, PendingPrivate, Plan, auto, existing_runtime, make_plan, release_runtime, runtime_of
 from .runtime import persistence as levels
@@ -401,10 +402,15 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         return call
 
     def _sc_auto_library(self, collective: str) -> dict:
-        """The library's method per form for ``collective`` (:meth:`_sc_library_methods`), held to the
-        weights under ``cdag_exact_byte_communications``: what an ``auto`` wrapper's calls reach the
-        library through. Local."""
+        """The library's method per form for ``collective`` (:meth:`_sc_library_methods`), given the
+        side this rank has no blocks on in the form the library needs
+        (:func:`~sparsecoll.runtime.auto.explicit_absent_side`), held to the weights under
+        ``cdag_exact_byte_communications``: what an ``auto`` wrapper's calls reach the library
+        through. Local."""
         library = self._sc_library_methods(collective)
+        absent = model_choice.library_absent_side(self.neighborhood, library_name(), collective)
+        if absent is not None:  # Open MPI would fail this rank's call of the library (ompi#14452)
+            library = auto.explicit_absent_side(library, collective, absent, self._sc_attach().parse)
         if self._sc_plan.persistence.exact_bytes:  # library calls too are held to the weights
             check = self._sc_attach().exact_bytes_check(collective)
             library = {form: levels.checked_method(method, check) for form, method in library.items()}

@@ -521,6 +521,33 @@ def test_auto_avoids_the_library_where_it_crashes():
         comm.Free()
 
 
+@pytest.mark.parametrize("form", ["blocking", "nonblocking", "persistent"])
+def test_the_library_takes_plain_arrays_where_a_rank_has_edges_one_way_only(form):
+    """A chain 0 -> 1 -> ... (rank 0 receives nothing, the last rank sends nothing), plain arrays,
+    auto with a profile where the library wins. Open MPI 5.0.11 raised MPI_ERR_TRUNCATE on rank 0's
+    ``Neighbor_alltoall`` (mpi4py infers its receive count as 0, its send count 1) while the others
+    waited for good, and its blocking ``Neighbor_allgather`` hung (open-mpi/ompi#14452); auto now
+    gives the library that rank's side without edges with the other side's count."""
+    sources = [RANK - 1] if RANK > 0 else []
+    destinations = [RANK + 1] if RANK < SIZE - 1 else []
+    raw = WORLD.Create_dist_graph_adjacent(sources, destinations, reorder=False)
+    comm = sparsecoll.wrap(raw, profile=scaled_profile(per_call=1e6, per_step=1.0, overhead=1.0))
+    try:
+        for collective in ("alltoall", "allgather"):
+            for items in (1, 512):
+                blocks = 1 if collective == "allgather" else len(destinations)
+                send = numpy.arange(blocks * items, dtype="f8") + 1000.0 * RANK
+                got = numpy.full(len(sources) * items, -1.0)
+                cases.run_call(comm, collective, form, send, got)
+                expected = numpy.arange(items, dtype="f8") + 1000.0 * (RANK - 1) if sources else got[:0]
+                assert numpy.array_equal(got, expected), (collective, items)
+                if form != "nonblocking":  # (nonblocking calls before a decision run the library's call)
+                    chosen = comm.plan_stats(collective, block_bytes=8 * items, form=form)["algorithm"]
+                    assert chosen == "native", chosen
+    finally:
+        comm.Free()
+
+
 def test_small_calls_go_to_the_library_without_a_parse(monkeypatch):
     """A table that says native below 1 KiB blocks and direct above: calls whose receive array
     (plain or in a buffer spec) is below the limit go to the library after one comparison

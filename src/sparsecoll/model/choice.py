@@ -409,6 +409,26 @@ def local_nonblocking_library_fault(topology, library: str) -> str | None:
     return library_fault(topology, library)
 
 
+def library_absent_side(topology, library: str, collective: str) -> str | None:
+    """The side (``"send"`` or ``"recv"``) of a regular neighborhood ``collective`` on which this
+    rank has no blocks while it has some on the other, where the MPI library must be given that
+    side with the other's count and datatype (None elsewhere).
+
+    Open MPI 5.0.x compares a rank's send and receive signatures even where one of its degrees
+    is zero (open-mpi/ompi#14452): with plain arrays, whose count mpi4py infers as 0 on the side
+    without edges, its ``Neighbor_alltoall`` raises ``MPI_ERR_TRUNCATE`` on that rank (the others
+    wait for good) and its blocking ``Neighbor_allgather`` hangs; given equal counts it delivers.
+    MPI-4.1 matches signatures per edge, so the side without edges may take any: nothing moves on
+    it. (An allgather always sends one block, so only a rank without in-edges qualifies.)"""
+    if not library.startswith("Open MPI") or collective not in ("allgather", "alltoall"):
+        return None
+    sends = topology.outdegree > 0 or collective == "allgather"
+    receives = topology.indegree > 0
+    if sends == receives:
+        return None
+    return "recv" if sends else "send"
+
+
 def library_fault(topology, library: str) -> str | None:
     """Why the MPI library's own collective gives wrong results on this rank's neighborhood (None
     if it is not known to): the faults the README lists that ``auto`` must not run into.

@@ -886,6 +886,33 @@ def library_shortcut(limits: dict, form: str, library_method, method, indegree: 
     return shortcut
 
 
+def explicit_absent_side(library: dict, collective: str, absent: str, parse) -> dict:
+    """``library`` (form -> the library's method for the regular ``collective``) called with the side
+    this rank has no blocks on (``absent``: :func:`~sparsecoll.model.choice.library_absent_side`)
+    given as ``[buffer, count, datatype]`` of the other side's block, from ``parse`` (the runtime's,
+    cached); the other arguments as they were. Local: every rank still calls the library, with
+    the same messages; only this rank's arguments change, as MPI means them."""
+    def spec(buf, blocks):
+        return [buf[0] if isinstance(buf, (list, tuple)) else buf, blocks.counts[0], blocks.types[0]]
+
+    def arguments(sendbuf, recvbuf):
+        send, recv, _ = parse(collective, sendbuf, recvbuf)
+        if absent == "recv":
+            return sendbuf, spec(recvbuf, send)
+        return spec(sendbuf, recv), recvbuf
+    blocking, nonblocking, persistent = library["blocking"], library["nonblocking"], library["persistent"]
+
+    def given_blocking(sendbuf, recvbuf):
+        return blocking(*arguments(sendbuf, recvbuf))
+
+    def given_nonblocking(sendbuf, recvbuf):
+        return nonblocking(*arguments(sendbuf, recvbuf))
+
+    def given_persistent(sendbuf, recvbuf, info=MPI.INFO_NULL):
+        return persistent(*arguments(sendbuf, recvbuf), info)
+    return {"blocking": given_blocking, "nonblocking": given_nonblocking, "persistent": given_persistent}
+
+
 def until_decided(decided: list, decided_method, library_method):
     """A wrapper's nonblocking method before its collective's dispatch exists: calls go to
     ``library_method`` while ``decided[0]`` (:meth:`.CommRuntime.decided_flag`) is false, to
