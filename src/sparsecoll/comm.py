@@ -410,7 +410,10 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         library = self._sc_library_methods(collective)
         absent = model_choice.library_absent_side(self.neighborhood, library_name(), collective)
         if absent is not None:  # Open MPI would fail this rank's call of the library (ompi#14452)
-            library = auto.explicit_absent_side(library, collective, absent, self._sc_attach().parse)
+            topology = self.neighborhood
+            present_blocks = (topology.outdegree if collective == "alltoall" else 1) if absent == "recv" \
+                else topology.indegree
+            library = auto.explicit_absent_side(library, collective, absent, self._sc_attach().parse, present_blocks)
         if self._sc_plan.persistence.exact_bytes:  # library calls too are held to the weights
             check = self._sc_attach().exact_bytes_check(collective)
             library = {form: levels.checked_method(method, check) for form, method in library.items()}

@@ -527,7 +527,8 @@ def test_the_library_takes_plain_arrays_where_a_rank_has_edges_one_way_only(form
     auto with a profile where the library wins. Open MPI 5.0.11 raised MPI_ERR_TRUNCATE on rank 0's
     ``Neighbor_alltoall`` (mpi4py infers its receive count as 0, its send count 1) while the others
     waited for good, and its blocking ``Neighbor_allgather`` hung (open-mpi/ompi#14452); auto now
-    gives the library that rank's side without edges with the other side's count."""
+    gives the library that rank's side without edges with the other side's count. Odd ranks pass
+    ``[array, count, MPI.DOUBLE]`` specs, with a count of 0 on a side without edges (MPI takes any)."""
     sources = [RANK - 1] if RANK > 0 else []
     destinations = [RANK + 1] if RANK < SIZE - 1 else []
     raw = WORLD.Create_dist_graph_adjacent(sources, destinations, reorder=False)
@@ -538,7 +539,11 @@ def test_the_library_takes_plain_arrays_where_a_rank_has_edges_one_way_only(form
                 blocks = 1 if collective == "allgather" else len(destinations)
                 send = numpy.arange(blocks * items, dtype="f8") + 1000.0 * RANK
                 got = numpy.full(len(sources) * items, -1.0)
-                cases.run_call(comm, collective, form, send, got)
+                if RANK % 2:
+                    sent = [send, items if blocks else 0, MPI.DOUBLE]
+                    cases.run_call(comm, collective, form, sent, [got, items if sources else 0, MPI.DOUBLE])
+                else:
+                    cases.run_call(comm, collective, form, send, got)
                 expected = numpy.arange(items, dtype="f8") + 1000.0 * (RANK - 1) if sources else got[:0]
                 assert numpy.array_equal(got, expected), (collective, items)
                 if form != "nonblocking":  # (nonblocking calls before a decision run the library's call)
