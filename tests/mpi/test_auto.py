@@ -617,7 +617,9 @@ def test_a_table_that_mixes_the_library_is_kept_only_where_its_size_comparison_i
         if not mixed:
             assert all("size comparison" in stats["reason"] for stats in ran.values()), ran
             library = MPI.Topocomm.Neighbor_alltoall.__get__(comm)
-            assert comm.Neighbor_alltoall == library and comm.schedules_bound == 0
+            installed = comm.Neighbor_alltoall  # (on Open MPI, a rank with edges one way only states
+            # that side's count first: runtime.auto.explicit_absent_side)
+            assert getattr(installed, "__wrapped__", installed) == library and comm.schedules_bound == 0
 
 
 def test_settled_calls_take_every_receive_spec_mpi4py_takes(monkeypatch):

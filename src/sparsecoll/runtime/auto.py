@@ -951,6 +951,7 @@ def explicit_absent_side(library: dict, collective: str, absent: str, parse, pre
                     sendbuf, recvbuf = arguments(sendbuf, recvbuf)
                 return method(sendbuf, recvbuf, *info)
         stated.__name__, stated.__doc__ = getattr(method, "__name__", "stated"), method.__doc__
+        stated.__wrapped__ = method  # (functools' name for what a wrapper calls)
         return stated
     return {form: given(method) for form, method in library.items()}
 
