@@ -93,8 +93,8 @@ def exchange(comm, raw, collective: str, nbytes: int, form: str = "blocking"):
 
     Counts are explicit: Open MPI 5.0.11 rejects a ``Neighbor_alltoall`` whose inferred receive
     count (0 on a rank without in-edges) differs from its send count (MPI_ERR_TRUNCATE, raised on
-    that rank alone, so the others wait; the README's open-mpi/ompi#14452), although the standard
-    matches signatures per edge.
+    that rank alone, so the others wait; the README's open-mpi/ompi#14452), although nothing moves on
+    that side (``auto`` states the count there: :func:`sparsecoll.runtime.auto.explicit_absent_side`).
     """
     indegree, outdegree, _ = raw.Get_dist_neighbors_count()
     blocks = 1 if collective == "allgather" else outdegree
@@ -528,7 +528,8 @@ def test_the_library_takes_plain_arrays_where_a_rank_has_edges_one_way_only(form
     ``Neighbor_alltoall`` (mpi4py infers its receive count as 0, its send count 1) while the others
     waited for good, and its blocking ``Neighbor_allgather`` hung (open-mpi/ompi#14452); auto now
     gives the library that rank's side without edges with the other side's count. Odd ranks pass
-    ``[array, count, MPI.DOUBLE]`` specs, with a count of 0 on a side without edges (MPI takes any)."""
+    ``[array, count, MPI.DOUBLE]`` specs, with a count of 0 on a side without edges (what mpi4py
+    infers from a plain array there)."""
     sources = [RANK - 1] if RANK > 0 else []
     destinations = [RANK + 1] if RANK < SIZE - 1 else []
     raw = WORLD.Create_dist_graph_adjacent(sources, destinations, reorder=False)

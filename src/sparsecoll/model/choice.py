@@ -414,12 +414,13 @@ def library_absent_side(topology, library: str, collective: str) -> str | None:
     rank has no blocks while it has some on the other, where the MPI library must be given that
     side with the other's count and datatype (None elsewhere).
 
-    Open MPI 5.0.x compares a rank's send and receive signatures even where one of its degrees
-    is zero (open-mpi/ompi#14452): with plain arrays, whose count mpi4py infers as 0 on the side
-    without edges, its ``Neighbor_alltoall`` raises ``MPI_ERR_TRUNCATE`` on that rank (the others
-    wait for good) and its blocking ``Neighbor_allgather`` hangs; given equal counts it delivers.
-    MPI-4.1 matches signatures per edge, so the side without edges may take any: nothing moves on
-    it. (An allgather always sends one block, so only a rank without in-edges qualifies.)"""
+    MPI-4.1 (section 8.6.1) wants a process's send signature equal to the receive signature at
+    every other process, whatever the graph, and nothing moves on a side without edges. From a
+    plain array there mpi4py infers a count of 0 (it has no blocks to size), and Open MPI 5.0.x
+    compares the rank's two counts (open-mpi/ompi#14452): its ``Neighbor_alltoall`` raises
+    ``MPI_ERR_TRUNCATE`` on that rank (the others wait for good) and its blocking
+    ``Neighbor_allgather`` hangs; given equal counts it delivers, so auto states them. (An
+    allgather always sends one block, so only a rank without in-edges qualifies.)"""
     if not library.startswith("Open MPI") or collective not in ("allgather", "alltoall"):
         return None
     sends = topology.outdegree > 0 or collective == "allgather"
