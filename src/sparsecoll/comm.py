@@ -408,9 +408,9 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         ``cdag_exact_byte_communications``: what an ``auto`` wrapper's calls reach the library
         through. Local."""
         library = self._sc_library_methods(collective)
-        absent = model_choice.library_absent_side(self.neighborhood, library_name(), collective)
+        topology = self.neighborhood
+        absent = model_choice.library_absent_side(topology, library_name(), collective)
         if absent is not None:  # Open MPI would fail this rank's call of the library (ompi#14452)
-            topology = self.neighborhood
             present_blocks = (topology.outdegree if collective == "alltoall" else 1) if absent == "recv" \
                 else topology.indegree
             library = auto.explicit_absent_side(library, collective, absent, self._sc_attach().parse, present_blocks)

@@ -109,6 +109,7 @@ from functools import partial
 import numpy
 from mpi4py import MPI
 
+from ..buffers import buffer_object
 from ..model import choice as model
 from ..model.profile import FORMS, library_name, ranks_per_core, ranks_per_node
 from ..pattern import REGULAR
@@ -900,10 +901,10 @@ def explicit_absent_side(library: dict, collective: str, absent: str, parse, pre
     on two of 8 ranks (Open MPI, 8 ranks on 2 cores, the bench's random graph, ``[array, count,
     MPI.BYTE]`` specs) a parse on every call made the library's blocking calls take 1.14-1.32 x
     their time without it."""
-    ndarray, datatypes = numpy.ndarray, {}
+    ndarray, datatypes, on_recv = numpy.ndarray, {}, absent == "recv"
 
-    def count_and_datatype(buf, blocks):
-        """``(count, datatype)`` of a block of ``buf`` where that is cheap to read, else None."""
+    def count_and_datatype(buf, blocks: int):
+        """``(count, datatype)`` of one of ``buf``'s ``blocks`` blocks where that is cheap to read, else None."""
         kind = type(buf)
         if kind is ndarray:
             datatype = datatypes.get(buf.dtype, ndarray)
@@ -913,7 +914,7 @@ def explicit_absent_side(library: dict, collective: str, absent: str, parse, pre
                 except (KeyError, ValueError):  # (a structured dtype: parse reads it)
                     datatype = None
                 datatypes[buf.dtype] = datatype
-            if datatype is None or not blocks or buf.size % blocks:  # (parse names a bad size)
+            if datatype is None or buf.size % blocks:  # (parse names a bad size)
                 return None
             return buf.size // blocks, datatype
         if (kind is list or kind is tuple) and len(buf) == 3 and type(buf[1]) is int \
@@ -922,34 +923,24 @@ def explicit_absent_side(library: dict, collective: str, absent: str, parse, pre
         return None
 
     def arguments(sendbuf, recvbuf):
-        present, other = (sendbuf, recvbuf) if absent == "recv" else (recvbuf, sendbuf)
+        present, other = (sendbuf, recvbuf) if on_recv else (recvbuf, sendbuf)
         block = count_and_datatype(present, present_blocks)
         if block is None:
             send, recv, _ = parse(collective, sendbuf, recvbuf)
-            blocks = send if absent == "recv" else recv
+            blocks = send if on_recv else recv
             block = blocks.counts[0], blocks.types[0]
-        elif type(other) is not ndarray:
-            stated = count_and_datatype(other, 0)
-            if stated is not None and stated[0] * stated[1].Get_size() == block[0] * block[1].Get_size():
-                return sendbuf, recvbuf  # the library takes these as they are
-        given = [other[0] if isinstance(other, (list, tuple)) else other, *block]
-        return (sendbuf, given) if absent == "recv" else (given, recvbuf)
+        given = [buffer_object(other), *block]
+        return (sendbuf, given) if on_recv else (given, recvbuf)
 
     def given(method):
         """``method`` with the side without edges stated, unless it is an explicit spec with a
         count already (the bench's ``[array, count, MPI.BYTE]``): then one test on the call's path."""
-        if absent == "recv":
-            def stated(sendbuf, recvbuf, *info):
-                kind = type(recvbuf)
-                if kind is not list and kind is not tuple or len(recvbuf) < 3 or recvbuf[1] == 0:
-                    sendbuf, recvbuf = arguments(sendbuf, recvbuf)
-                return method(sendbuf, recvbuf, *info)
-        else:
-            def stated(sendbuf, recvbuf, *info):
-                kind = type(sendbuf)
-                if kind is not list and kind is not tuple or len(sendbuf) < 3 or sendbuf[1] == 0:
-                    sendbuf, recvbuf = arguments(sendbuf, recvbuf)
-                return method(sendbuf, recvbuf, *info)
+        def stated(sendbuf, recvbuf, *info):
+            side = recvbuf if on_recv else sendbuf
+            kind = type(side)
+            if kind is not list and kind is not tuple or len(side) < 3 or side[1] == 0:
+                sendbuf, recvbuf = arguments(sendbuf, recvbuf)
+            return method(sendbuf, recvbuf, *info)
         stated.__name__, stated.__doc__ = getattr(method, "__name__", "stated"), method.__doc__
         stated.__wrapped__ = method  # (functools' name for what a wrapper calls)
         return stated
