@@ -329,6 +329,30 @@ def test_a_mixed_row_is_kept_only_where_the_size_comparison_costs_little():
     assert choice.keep_the_library_whole([list(row) for row in above], native, under) == []
 
 
+def test_a_pinned_choice_must_be_safe_at_every_size():
+    """``safe_at_every_size``: in the rows of the forms given, a candidate predicted over
+    PINNED_ALLOWANCE x native's time at any class is charged infinity at every class (so
+    ``decide`` keeps native where it won), one within the allowance everywhere is kept as it is,
+    and other rows are untouched; ``worst_class`` names the class and ratio."""
+    from sparsecoll.model.profile import FORMS
+    native = numpy.full((len(FORMS), choice.CLASSES), 100e-6)
+    small_only = native * 0.5
+    small_only[:, 20] = native[0, 20] * (choice.PINNED_ALLOWANCE + 0.01)  # one class over the allowance
+    steady = native * 0.5
+    steady[:, 25:] = native[0, 25] * choice.PINNED_ALLOWANCE  # at the allowance: kept
+    seconds = {choice.NATIVE: native, "direct": small_only, "cartesian": steady}
+    safe = choice.safe_at_every_size(seconds, ("blocking",))
+    blocking, persistent = FORMS.index("blocking"), FORMS.index("persistent")
+    assert numpy.all(numpy.isinf(safe["direct"][blocking]))
+    assert numpy.array_equal(safe["direct"][persistent], small_only[persistent])
+    assert safe["cartesian"] is steady and safe[choice.NATIVE] is native
+    assert numpy.array_equal(seconds["direct"], small_only)  # the caller's arrays are not changed
+    del safe["cartesian"]
+    assert choice.decide(safe)[blocking] == [choice.NATIVE] * choice.CLASSES
+    assert choice.decide(safe)[persistent][4] == "direct"
+    assert choice.worst_class(seconds, "direct", "blocking") == (20, pytest.approx(choice.PINNED_ALLOWANCE + 0.01))
+
+
 def test_every_byte_sparsecoll_moves_costs_its_byte_factor():
     """``byte_factor``: sparsecoll's schedules (built or estimated) pay it on every byte, the
     library's call never."""

@@ -266,6 +266,66 @@ def test_rank_dependent_sizes_decide_once_for_all_calls():
         assert not comm.plan_stats("allgather")["auto"]["pinned"]  # every rank passed 8 bytes
 
 
+def small_blocks_only() -> Profile:
+    """The built-in profile with the library's calls at 1 ms and every byte sparsecoll's executor
+    moves at 10**4 times ``beta``: ``direct`` is predicted faster than the library at 8 B blocks,
+    over a hundred times slower at 64 KiB."""
+    base = BUILTIN.loads[0]
+    return Profile((replace(base, native_per_call=dict.fromkeys(base.native_per_call, 1e-3),
+                            sparsecoll_byte_factor=dict.fromkeys(base.sparsecoll_byte_factor, 1e4)),),
+                   source="sparsecoll's executor fast on small blocks only")
+
+
+def alltoallv_counts(raw, big_from: int):
+    """Per-edge counts of doubles for an ``alltoallv`` where rank ``big_from`` sends 8192 per
+    block (64 KiB) and every other rank 1 (the receive counts match them edge by edge)."""
+    sources, destinations, _ = raw.Get_dist_neighbors()
+    block = 8192 if RANK == big_from else 1
+    return [block] * len(destinations), [8192 if s == big_from else 1 for s in sources]
+
+
+@pytest.mark.timeout(120)
+def test_a_pinned_collective_runs_a_candidate_only_where_it_is_safe_at_every_size():
+    """alltoallv is pinned to its first call's class (8 B blocks here). A candidate predicted to
+    win there but to lose at 64 KiB (:func:`small_blocks_only`) never runs its blocking calls,
+    which would run it at every later size; each persistent request agrees its own class at its
+    init instead (the largest over ranks), so a request of 8 B blocks runs the candidate and one
+    where rank 0 alone passes 64 KiB blocks runs the library on every rank. Every call's data is
+    the library's."""
+    with random_graph(11, 0.7) as raw:
+        comm = sparsecoll.wrap(raw, profile=small_blocks_only())
+        for big_from in (-1, -1, 0):  # 8 B blocks twice (the first call pins), then rank 0's 64 KiB
+            send_counts, recv_counts = alltoallv_counts(raw, big_from)
+            send = numpy.arange(sum(send_counts), dtype="f8") + 1000 * RANK
+            got, expected = numpy.zeros(sum(recv_counts)), numpy.zeros(sum(recv_counts))
+            comm.Neighbor_alltoallv([send, send_counts], [got, recv_counts])
+            raw.Neighbor_alltoallv([send, send_counts], [expected, recv_counts])
+            assert numpy.array_equal(got, expected)
+        blocking = comm.plan_stats("alltoallv", block_bytes=8)["auto"]
+        assert blocking["pinned"] and blocking["algorithm"] == "native", blocking
+        assert blocking["predicted_seconds"]["direct"] < 0.9 * blocking["predicted_seconds"]["native"]
+        assert "at every size" in blocking["reason"] or "at any size" in blocking["reason"], blocking["reason"]
+        runs = []
+        for big_from in (-1, 0):
+            send_counts, recv_counts = alltoallv_counts(raw, big_from)
+            send = numpy.arange(sum(send_counts), dtype="f8") + 1000 * RANK
+            got, expected = numpy.zeros(sum(recv_counts)), numpy.zeros(sum(recv_counts))
+            request = comm.Neighbor_alltoallv_init([send, send_counts], [got, recv_counts])
+            runs.append(type(request) is MPI.Prequest)
+            for start in range(3):
+                send += 1
+                request.Start()
+                request.Wait()
+                raw.Neighbor_alltoallv([send, send_counts], [expected, recv_counts])
+                assert numpy.array_equal(got, expected), (big_from, start)
+            request.Free()
+        assert runs == [False, True]  # direct's request at 8 B, the library's where rank 0 passed 64 KiB
+        for nbytes, algorithm in ((8, "direct"), (65536, "native")):
+            explained = comm.plan_stats("alltoallv", block_bytes=nbytes, form="persistent")["auto"]
+            assert explained["algorithm"] == algorithm and "agrees its size class" in explained["reason"]
+        assert_same_on_every_rank((blocking["reason"], runs))
+
+
 @pytest.mark.parametrize("loses", [True, False])
 def test_after_the_online_check_a_pinned_collective_calls_what_won_without_the_dispatch(monkeypatch, loses):
     """alltoallv (pinned: counts per rank) where the model's choice is checked online. From the

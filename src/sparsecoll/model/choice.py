@@ -88,6 +88,14 @@ NATIVE_MARGIN = 0.9
 #: allgather tables mixed the library with ``distance_halving``, and their small calls then ran
 #: at 1.047-1.069 x the library's (1.041-1.051 x in the bench of auto and the library alone).
 SHORTCUT_ALLOWANCE = 0.02
+#: A *pinned* collective (:mod:`sparsecoll.runtime.auto`: a v/w form, or a regular one where a
+#: rank cannot tell its block size) runs the choice of its first call's size class at whatever
+#: size later calls have, so a candidate may replace ``native`` in its blocking and nonblocking
+#: calls only where it is predicted at most this many times native's time at every class
+#: (:func:`safe_at_every_size`): the 2-core VM, Open MPI, the 27-point stencil at 8 ranks,
+#: persistent ``alltoallv`` pinned at 8 B: ``direct`` (predicted 0.71 x native there, 1.30 x at
+#: 64 KiB) ran 64 KiB blocks at 0.78 x the library's speed.
+PINNED_ALLOWANCE = 1.05
 
 
 def size_class(nbytes: int) -> int:
@@ -376,6 +384,33 @@ def decide(seconds: dict, native_allowed: bool = True) -> list:
                 row.append(NATIVE)
         result.append(row)
     return result
+
+
+def safe_at_every_size(seconds: dict, forms) -> dict:
+    """``seconds`` ({candidate: array[form, class]}) where, in the rows of ``forms``, every candidate
+    predicted over :data:`PINNED_ALLOWANCE` times native's time at some class is charged an
+    infinite time at every class (so :func:`decide` never chooses it there)."""
+    native = seconds[NATIVE]
+    rows = [FORMS.index(form) for form in forms]
+    safe = {}
+    for name, times in seconds.items():
+        if name != NATIVE:
+            unsafe = [f for f in rows if numpy.any(times[f] > PINNED_ALLOWANCE * native[f])]
+            if unsafe:
+                times = times.copy()
+                times[unsafe] = math.inf
+        safe[name] = times
+    return safe
+
+
+def worst_class(seconds: dict, name: str, form: str) -> tuple:
+    """The size class where ``name`` is predicted slowest against ``native`` in ``form``, and that ratio."""
+    f = FORMS.index(form)
+    native, times = seconds[NATIVE][f], seconds[name][f]
+    ratios = numpy.where(times > 0, math.inf, 1.0)  # where native's is 0 (a profile may charge nothing)
+    numpy.divide(times, native, out=ratios, where=native > 0)
+    worst = int(numpy.argmax(ratios))
+    return worst, float(ratios[worst])
 
 
 def keep_the_library_whole(table: list, native: numpy.ndarray, shortcut_seconds: float) -> list:

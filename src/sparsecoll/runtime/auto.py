@@ -18,10 +18,15 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   :func:`sparsecoll.buffers.check_regular_blocks` rejects a rank whose send and receive
   blocks differ). Otherwise (a rank without blocks, or ranks that passed different sizes), and
   for the v/w forms whose sizes differ per
-  edge, the collective is *pinned*: every call uses the class agreed at the first call
-  (the largest over ranks). A form whose table says ``native`` for every class it can be
-  called with goes straight to the library (the wrapper then calls the library's method
-  itself, with no sparsecoll code on the path: :func:`wrapper_methods`, which the wrapper installs).
+  edge, the collective is *pinned*: every blocking and nonblocking call uses the class agreed
+  at the first call (the largest over ranks), and runs that class's choice whatever its size, so
+  there a candidate replaces ``native`` only where it is predicted at most
+  :data:`~sparsecoll.model.choice.PINNED_ALLOWANCE` times native's time at every class
+  (:func:`~sparsecoll.model.choice.safe_at_every_size`); a persistent request agrees its own
+  class at its init (one allreduce: :meth:`AutoDispatch._request_class`). A form whose table
+  says ``native`` for every class it can be called with goes straight to the library (the
+  wrapper then calls the library's method itself, with no sparsecoll code on the path:
+  :func:`wrapper_methods`, which the wrapper installs).
   A form whose table says ``native`` for every class below some size gets a shortcut: a
   call that receives fewer bytes than that (a plain numpy array's, or a buffer spec's blocks)
   goes to the library after one comparison (:attr:`AutoDispatch.library_below`), since parsing the arguments to find the
@@ -49,7 +54,8 @@ What it decides changes the wire, so every decision comes from numbers all ranks
   every call's bytes, so the first call's class comes from the weights (the mean out-edge
   weight, else in-edge weight), not from the call, and every call is pinned to the largest
   class over ranks: calls never look at their block size (the check against the weights
-  runs before, on every call).
+  runs before, on every call), persistent requests included, and since no call has another
+  size, no candidate is kept from that class for its predictions at others.
 * **Online check of blocking calls** (on by default; ``verify_choice=False`` turns it off): the
   first blocking calls of a class whose choice is not ``native`` alternate the choice and
   ``native``, :data:`CHECK_WARMUP` pairs untimed, then :data:`TRIALS` pairs timed; one
@@ -301,6 +307,9 @@ class AutoDispatch:
         # exact bytes: every call has the weights' sizes, so one class (the largest over ranks) serves all
         per_size = self.collective in REGULAR and not unknown and lowest == highest and not self.by_weights
         self.pinned = None if per_size else max(int(highest), 0)
+        #: a pinned collective's persistent requests each agree their size class at their init
+        #: (:meth:`_request_class`); under exact bytes the weights' class serves every call
+        self.requests_agree = self.pinned is not None and not self.by_weights
         self.decide()
 
     def decide(self) -> None:
@@ -308,8 +317,11 @@ class AutoDispatch:
         the checks' verdicts (called where every rank decides alike: see :meth:`apply_verdicts`)."""
         self.apply_verdicts()
         family = self._family
-        self.table = model.decide(family.seconds, self.native_allowed)
-        built = {name: s for name, s in family.seconds.items() if family.built(name)}
+        seconds = family.seconds
+        if self.requests_agree and self.native_allowed:  # its calls run the pinned class's choice at any size
+            seconds = model.safe_at_every_size(seconds, ("blocking", "nonblocking"))
+        self.table = model.decide(seconds, self.native_allowed)
+        built = {name: s for name, s in seconds.items() if family.built(name)}
         self.fallback = model.decide(built, self.native_allowed)
         # a pinned collective's calls never compare sizes; with the library excluded nothing runs it
         shortcut = self.shortcut_seconds if self.pinned is None and self.native_allowed else 0.0
@@ -325,7 +337,7 @@ class AutoDispatch:
         self._uniform = {}  # form -> the algorithm every call of it runs, when it is one for every size
         for f, form in enumerate(FORMS):
             row = self.table[f]
-            names = {row[self.pinned]} if self.pinned is not None else set(row)
+            names = {row[self.pinned]} if self._pinned_form(form) else set(row)
             name = names.pop() if len(names) == 1 else None
             # a blocking choice still to be checked online runs per size class (:meth:`_runner`) until
             # its check is over (a pinned collective's one class); a persistent request's check may
@@ -344,6 +356,11 @@ class AutoDispatch:
         self._uniform_runs: dict = {}  # form -> its runner, for a form in ``_uniform`` (no size class needed)
         self._forget_settled(("blocking", "nonblocking"))
         self._on_decision = [(announce, owner) for announce, owner in self._on_decision if announce() is not False]
+
+    def _pinned_form(self, form: str) -> bool:
+        """Whether every call of ``form`` runs the pinned class (a persistent request agrees its own
+        where :attr:`requests_agree`)."""
+        return self.pinned is not None and not (form == "persistent" and self.requests_agree)
 
     def on_decision(self, announce, owner) -> None:
         """Have ``announce()`` called after every later decision of the tables (a wrapper puts the
@@ -405,6 +422,11 @@ class AutoDispatch:
         agreed = [check.verdict for check in self._checks
                   if check.size_class == size_class and check.verdict is not None and check.verdict.done]
         return trial_record(agreed[-1]) if agreed else self.persistent_trials.get(size_class)
+
+    def _unsafe_at_some_size(self, form: str, name: str) -> bool:
+        """Whether :func:`~sparsecoll.model.choice.safe_at_every_size` keeps ``name`` from ``form``."""
+        return self.requests_agree and self.native_allowed and math.isinf(
+            model.safe_at_every_size(self._family.seconds, (form,))[name][FORMS.index(form), 0])
 
     def _checked_native(self) -> list:
         """The blocking size classes whose online check the choice lost (:attr:`blocking_trials`):
@@ -491,7 +513,7 @@ class AutoDispatch:
         of the size class, or for a persistent request).
         """
         f = FORMS.index(form)
-        size_class = self.pinned if self.pinned is not None else model.size_class(block_bytes)
+        size_class = self.pinned if self._pinned_form(form) else model.size_class(block_bytes)
         family = self._family
         predicted = {name: float(seconds[f, size_class]) for name, seconds in family.seconds.items()}
         winner = model.NATIVE if form in self._library_only else self.table[f][size_class]
@@ -514,6 +536,12 @@ class AutoDispatch:
                    f"algorithms, and the size comparison that needs ({self.shortcut_seconds * 1e6:.2f} us "
                    f"per call) would cost over {model.SHORTCUT_ALLOWANCE} x the library's call at some size "
                    f"it runs" + (f" (best here: {best}, {to_native(best):.2f} x)" if best else ""))
+        elif (winner == model.NATIVE and self._pinned_form(form) and best
+              and to_native(best) <= model.NATIVE_MARGIN and self._unsafe_at_some_size(form, best)):
+            worst, ratio = model.worst_class(family.seconds, best, form)
+            why = (f"pinned: {best} is predicted at {to_native(best):.2f} x native's time at this class, but "
+                   f"{ratio:.2f} x at {model.CLASS_BYTES[worst]:.0f} B blocks, over the "
+                   f"{model.PINNED_ALLOWANCE} x a pinned collective's choice may cost at any size")
         elif winner == model.NATIVE:
             why = (f"no candidate is predicted at most {model.NATIVE_MARGIN} x native's time"
                    + (f" (best: {best}, {to_native(best):.2f} x)" if best else ""))
@@ -530,9 +558,12 @@ class AutoDispatch:
                    f"rank's times): {trial['winner']} runs this size from then on (a candidate needs at most "
                    f"{PERSISTENT_CHECK_WIN} x native's time; the model predicted {candidate} at "
                    f"{to_native(candidate):.2f} x)")
-        if self.pinned is not None:
+        if self._pinned_form(form):
             why += (f"; pinned: every call of this collective runs size class {size_class}, agreed at its first "
                     f"call, whatever its block size (block_bytes={block_bytes} does not change the choice)")
+        elif self.pinned is not None:
+            why += ("; pinned collective: each persistent request agrees its size class at its init (the "
+                    "largest over ranks), so block_bytes picks the class")
         if form == "blocking" and size_class in self._checked_native():
             trial = self.blocking_trials[size_class]
             chosen_seconds, native_seconds = trial["candidate_seconds"], trial["native_seconds"]
@@ -694,7 +725,7 @@ class AutoDispatch:
         model's near miss, is checked against native in its first starts (see the module)."""
         if self._checks:  # every rank makes its inits in the same order: the same checks here
             self.decide()
-        size_class = self._size_class(sendbuf, recvbuf)
+        size_class = self._request_class(sendbuf, recvbuf)
         name = self.choose("persistent", size_class, persistent=True)
         rival = self._trial_candidate(size_class)
         if rival is None:
@@ -710,6 +741,20 @@ class AutoDispatch:
                                  on_free=freed)
         channels.hold_persistent(check.tag, request)
         return request
+
+    def _request_class(self, sendbuf, recvbuf) -> int:
+        """A persistent request's size class: its block's, or, for a pinned collective (whose calls
+        cannot tell one class every rank sees), the largest over ranks of each rank's
+        :func:`local_class`, agreed at the init (collective: one allreduce; every rank makes its
+        inits in the same order, and an init is set-up, where one allreduce costs little against
+        the starts). A request made at 8 B and another at 64 KiB then each run their own class's
+        choice (:data:`~sparsecoll.model.choice.PINNED_ALLOWANCE` says what the other choice cost)."""
+        if not self.requests_agree:
+            return self._size_class(sendbuf, recvbuf)
+        local = numpy.array([local_class(self._comm_runtime, self.collective, sendbuf, recvbuf)], dtype="i8")
+        agreed = numpy.empty_like(local)
+        self._comm_runtime.private.Allreduce(local, agreed, op=MPI.MAX)
+        return int(agreed[0]) if agreed[0] >= 0 else self.pinned  # no rank could tell: the first call's
 
     def _persistent_request(self, name: str, sendbuf, recvbuf, info):
         if name == model.NATIVE:
