@@ -527,9 +527,37 @@ def test_the_online_check_decides_on_the_slowest_ranks_times(monkeypatch):
 def test_auto_before_its_first_call_says_when_it_decides():
     with random_graph(1, 0.5) as raw:
         comm = sparsecoll.wrap(raw)
-        with pytest.raises(RuntimeError, match="first call of Neighbor_alltoall"):
+        with pytest.raises(RuntimeError, match="first call of Neighbor_alltoall or Neighbor_alltoall_init"):
             comm.plan_stats("alltoall")
         assert comm.neighbor_allgather(RANK) == [s for s in raw.Get_dist_neighbors()[0]]  # the library's
+
+
+def test_plan_stats_says_what_a_nonblocking_call_runs_before_and_after_a_decision(monkeypatch):
+    """A nonblocking call is local: before any blocking call or persistent request it runs the
+    library's call (plan_stats says so, and says why, where it raised before: the bench's
+    ``--mode nonblocking`` column of auto crashed on it); after a blocking call decided a table
+    that runs ``direct`` at 4 KiB, a nonblocking 4 KiB call runs the library's until a blocking
+    4 KiB call set ``direct`` up, and plan_stats follows it."""
+    from sparsecoll.model import choice
+
+    monkeypatch.setattr(choice, "decide", split_at_1kib(choice.NATIVE, "direct"))
+    with random_graph(4, 0.7) as raw:
+        comm = sparsecoll.wrap(raw, profile=FREE_SHORTCUT, verify_choice=False)  # the table as stubbed
+        for nbytes in (8, 4096):
+            assert numpy.array_equal(*exchange(comm, raw, "alltoall", nbytes, "nonblocking"))
+        before = comm.plan_stats("alltoall", block_bytes=4096, form="nonblocking")
+        assert before["algorithm"] == before["auto"]["algorithm"] == "native"
+        assert "not decided" in before["auto"]["reason"] and before["auto"]["predicted_winner"] is None
+        assert numpy.array_equal(*exchange(comm, raw, "alltoall", 8, "blocking"))  # decides: direct at 4 KiB
+        waiting = comm.plan_stats("alltoall", block_bytes=4096, form="nonblocking")["auto"]
+        assert waiting["algorithm"] == "native" and waiting["predicted_winner"] == "direct", waiting
+        assert "a nonblocking call is local" in waiting["reason"]
+        assert numpy.array_equal(*exchange(comm, raw, "alltoall", 4096, "nonblocking"))
+        assert numpy.array_equal(*exchange(comm, raw, "alltoall", 4096, "blocking"))  # sets direct up
+        after = comm.plan_stats("alltoall", block_bytes=4096, form="nonblocking")["auto"]
+        assert after["algorithm"] == "direct", after
+        assert numpy.array_equal(*exchange(comm, raw, "alltoall", 4096, "nonblocking"))
+        assert_same_on_every_rank((before["auto"]["reason"], waiting["reason"], after["reason"]))
 
 
 def test_auto_avoids_the_library_where_it_computes_wrongly():

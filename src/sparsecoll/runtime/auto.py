@@ -521,6 +521,9 @@ class AutoDispatch:
         if trial is not None:  # what the next request runs: the check's winner
             winner = trial["winner"]
         runs = winner if winner == model.NATIVE or family.built(winner) else self.fallback[f][size_class]
+        if form == "nonblocking":  # local: it runs what a blocking or persistent call set up
+            local = self._local_choice(size_class)
+            runs = "direct" if local == LOCAL_DIRECT else local
         native = predicted[model.NATIVE]
 
         def to_native(name: str) -> float:
@@ -547,7 +550,10 @@ class AutoDispatch:
                    + (f" (best: {best}, {to_native(best):.2f} x)" if best else ""))
         else:
             why = f"{winner} is predicted at {to_native(winner):.2f} x native's time, the least"
-        if runs != winner:
+        if runs != winner and form == "nonblocking":
+            why += (f"; a nonblocking call is local and sets nothing up: it runs {runs} until a blocking call "
+                    f"of this size (or a persistent request) has set {winner} up")
+        elif runs != winner:
             why += (f"; it is estimated, not built: calls run {runs} until the {REPEATS}th call of this size "
                     f"(or a persistent request) builds it")
         if trial is not None:
@@ -831,6 +837,21 @@ class PendingCheck:
         if self.verdict is not None:
             return self.POSTED
         return self.FREED if self.freed else self.RUNNING
+
+
+def explain_undecided(plan, block_bytes: int, runs: str) -> dict:
+    """``plan_stats``'s ``auto`` for a nonblocking call of a collective that no blocking call or
+    persistent request has decided yet (the keys of :meth:`AutoDispatch.explain`): it runs ``runs``
+    (the library's call, or ``direct`` set up locally where the library's fails here), since a
+    nonblocking call is local and cannot agree on a choice with the other ranks."""
+    return {"algorithm": runs, "check": None, "predicted_winner": None, "form": "nonblocking",
+            "block_bytes": block_bytes, "size_class": model.size_class(block_bytes), "pinned": False,
+            "predicted_seconds": {}, "estimated": [],
+            "reason": (f"not decided: a nonblocking call is local, so it cannot agree on a choice with the other "
+                       f"ranks, and runs {runs} until a blocking call or a persistent request of this "
+                       f"collective (every rank) decides"),
+            "profile": plan.profile.describe(), "ranks_per_core": None, "load_ranks_per_core": None,
+            "load_ranks_per_node": None, "placement": None}
 
 
 def trial_record(verdict: Verdict) -> dict:

@@ -38,7 +38,7 @@ from ..model.profile import FORMS, ProfileError, library_name
 from ..pattern import FAMILIES, REGULAR, family_of, stats
 from ..topology import Topology, from_comm
 from . import persistence as levels
-from .auto import UNKNOWN, AutoDispatch, FamilyModel, local_class
+from .auto import UNKNOWN, AutoDispatch, FamilyModel, explain_undecided, local_class
 from .caches import CACHE_SIZE, LastArrays, ParseCache, Recent, call_signature, simple_spec
 from .channels import Channels
 from .plan import CallPlan, Plan
@@ -182,11 +182,16 @@ class CommRuntime:
         level = self._persistence_stats(plan, collective)
         if plan.auto:
             dispatch = self._dispatches.get((plan.key, plan.rebind, collective))
-            if dispatch is None:
+            if dispatch is not None:
+                explained = dispatch.explain(form, block_bytes)
+            elif form == "nonblocking":
+                fault = local_nonblocking_library_fault(self.topology, library_name())
+                explained = explain_undecided(plan, block_bytes, "native" if fault is None else "direct")
+            else:
                 raise RuntimeError(
                     f"plan_stats({collective!r}): 'auto' decides at the first call of Neighbor_{collective} "
-                    f"(collective: every rank makes it); call it on every rank first")
-            explained = dispatch.explain(form, block_bytes)
+                    f"or Neighbor_{collective}_init (collective: every rank makes it; a nonblocking call is "
+                    f"local and decides nothing); call one on every rank first")
             plan = plan.resolved(explained["algorithm"])
         pattern = self.built_pattern(plan, collective)
         if pattern is None:
