@@ -363,3 +363,19 @@ def test_the_bench_gives_no_prediction_for_a_row_a_pinned_collective_ran_at_anot
     assert float(predicted["8"]) > 0 and predicted["65536"] == "", predicted
     auto = {r["size"]: r["algorithms"]["auto"] for r in json.loads((out / "results.json").read_text())["results"]}
     assert auto[65536]["predicted_seconds"] == {} and "native" in auto[8]["predicted_seconds"]
+
+
+def test_the_auto_summary_counts_the_rows_auto_predicted_and_says_where_it_predicted_none():
+    """The model's error is over the rows with a prediction, and their count is given; rows with
+    none (nonblocking calls before any decision, a pinned collective's other classes) give no
+    factor (a factor of 1.00 read as a perfect model before)."""
+    from sparsecoll.tools.bench.report import auto_summary
+
+    def row(predicted: dict) -> dict:
+        return {"algorithms": {"native": {"median": 2.0}, "direct": {"median": 1.0},
+                               "auto": {"median": 2.0, "ratio_median": 1.0, "predicted_seconds": predicted}}}
+    mixed = auto_summary([row({"native": 1.0, "direct": 1.0}), row({})])
+    assert "every algorithm of the 1 row auto predicted): median factor 1.41, worst 2.00" in mixed, mixed
+    assert "worst 2.000, median 2.000" in mixed  # auto / best
+    none = auto_summary([row({}), row({})])
+    assert none.endswith("model error: auto predicted none of these rows") and "factor" not in none, none

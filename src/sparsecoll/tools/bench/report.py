@@ -183,7 +183,7 @@ def print_table(results: list, console=None) -> None:
 
 def auto_summary(results: list) -> str | None:
     """One line: auto's worst and median ratio to native, and to the best algorithm of each row."""
-    to_native, to_best, errors = [], [], []
+    to_native, to_best, errors, predicted_rows = [], [], [], 0
     for r in results:
         entries = r["algorithms"]
         auto = entries.get("auto")
@@ -192,15 +192,22 @@ def auto_summary(results: list) -> str | None:
         to_native.append(auto["ratio_median"])
         best = min(e["median"] for name, e in entries.items() if name != "auto")
         to_best.append(auto["median"] / best)
-        errors += [entries[name]["median"] / seconds for name, seconds in auto.get("predicted_seconds", {}).items()
-                   if name in entries and seconds > 0]
+        row_errors = [entries[name]["median"] / seconds for name, seconds in auto.get("predicted_seconds", {}).items()
+                      if name in entries and seconds > 0]
+        errors += row_errors
+        predicted_rows += bool(row_errors)
     if not to_native:
         return None
-    median_error, worst_error = model_error(errors) if errors else (1.0, 1.0)
+    if errors:
+        median_error, worst_error = model_error(errors)
+        rows = f"{predicted_rows} row{'' if predicted_rows == 1 else 's'}"
+        error = (f"model error (measured / predicted median, every algorithm of the {rows} auto "
+                 f"predicted): median factor {median_error:.2f}, worst {worst_error:.2f}")
+    else:  # a nonblocking call before any decision, or a pinned collective's other size classes
+        error = "model error: auto predicted none of these rows"
     return (f"auto / native (median of interleaved pairs, per row): worst {max(to_native):.3f}, median "
             f"{numpy.median(to_native):.3f} over {len(to_native)} rows; auto / best algorithm of the row: worst "
-            f"{max(to_best):.3f}, median {numpy.median(to_best):.3f}; model error (measured / predicted median, "
-            f"every algorithm of every row): median factor {median_error:.2f}, worst {worst_error:.2f}")
+            f"{max(to_best):.3f}, median {numpy.median(to_best):.3f}; {error}")
 
 
 def error_factors(ratios) -> numpy.ndarray:
