@@ -148,6 +148,22 @@ def test_the_parse_cache_keeps_no_array_alive_and_never_confuses_a_reused_id():
     assert cache.recall(call_signature(send, other), send, other) is None
 
 
+def test_a_spec_with_numpy_integer_displacements_has_a_signature():
+    """``list(numpy.cumsum(counts) - counts)`` (numpy integers in a list, as users and the bench
+    write displacements) is pinned by value like a list of ints: it had no signature, so every
+    call was parsed again (MPICH, 8 ranks, 3-D stencil, direct's blocking alltoallv at 8 B: 882 us
+    a call against 236 us with int displacements, the library's 281 us)."""
+    counts = [2, 3, 1]
+    as_numpy = list(numpy.cumsum(counts) - counts)
+    assert all(isinstance(d, numpy.integer) for d in as_numpy)
+    send, recv = numpy.zeros(6, "i4"), numpy.zeros(6, "i4")
+    spec = [send, (counts, as_numpy), MPI.INT]
+    signature = call_signature(spec, [recv, (counts, [0, 2, 5]), MPI.INT])
+    assert signature is not None
+    assert signature == call_signature([send, (counts, [0, 2, 5]), MPI.INT], [recv, (counts, [0, 2, 5]), MPI.INT])
+    assert signature != call_signature([send, (counts, [0, 2, 4]), MPI.INT], [recv, (counts, [0, 2, 5]), MPI.INT])
+
+
 def _parse_cache_by_arrays():
     """``(keep, recall, clear)`` of the parse cache's array entries (``other`` asks for another collective)."""
     cache = ParseCache()

@@ -171,9 +171,9 @@ def call_signature(sendbuf, recvbuf):
     """What pins the parse of two buffer arguments, or None where nothing cheap does.
 
     Covered: a plain numpy array, or a list or tuple spec whose first entry is one; the
-    array by identity, dtype, shape, strides and writability, the rest of the spec (ints,
-    ``None``, predefined datatypes, (nested) lists of ints, numpy arrays of counts or
-    displacements) by value. Anything else (other buffer objects, derived datatypes) is
+    array by identity, dtype, shape, strides and writability, the rest of the spec (ints and
+    numpy integers, ``None``, predefined datatypes, (nested) lists of them, numpy arrays of
+    counts or displacements) by value. Anything else (other buffer objects, derived datatypes) is
     parsed on every call.
     """
     send = _argument_signature(sendbuf)
@@ -208,6 +208,8 @@ def _value_signature(spec, depth: int):
     kind = type(spec)
     if kind is int or spec is None:
         return spec
+    if isinstance(spec, numpy.integer):  # displacements from numpy.cumsum, listed: mpi4py reads them as ints
+        return int(spec)
     if kind is numpy.ndarray:
         return ("array", spec.dtype.str, spec.shape, spec.tobytes())
     if kind is list or kind is tuple:
