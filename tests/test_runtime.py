@@ -164,6 +164,23 @@ def test_a_spec_with_numpy_integer_displacements_has_a_signature():
     assert signature != call_signature([send, (counts, [0, 2, 4]), MPI.INT], [recv, (counts, [0, 2, 5]), MPI.INT])
 
 
+def test_a_spec_with_derived_datatypes_has_a_signature_by_object_and_handle():
+    """A halo exchange's subarray or vector types (``Neighbor_alltoallw``) were parsed on every
+    call (direct's blocking call: 178 us against the library's 54 at 4 ranks on MPICH). They are
+    pinned by object and handle: the same object gives the same signature, another object of
+    the same layout another one, and the object freed (mpi4py nulls its handle) another one."""
+    column = MPI.DOUBLE.Create_vector(4, 1, 6).Commit()
+    same_layout = MPI.DOUBLE.Create_vector(4, 1, 6).Commit()
+    array = numpy.zeros(24)
+    spec = [array, ([1, 1], [0, 8]), [column, MPI.DOUBLE]]
+    first = call_signature(spec, spec)
+    assert first is not None and first == call_signature(list(spec), list(spec))
+    assert first != call_signature([array, ([1, 1], [0, 8]), [same_layout, MPI.DOUBLE]], spec)
+    same_layout.Free()
+    column.Free()
+    assert call_signature(spec, spec) != first
+
+
 def _parse_cache_by_arrays():
     """``(keep, recall, clear)`` of the parse cache's array entries (``other`` asks for another collective)."""
     cache = ParseCache()

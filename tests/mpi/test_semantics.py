@@ -316,6 +316,33 @@ def test_a_datatype_made_and_freed_around_each_call(ring, algorithm):
         assert comm.plan_stats("alltoall", form="nonblocking", block_bytes=16)["algorithm"] != "native"
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm", ["direct", "auto"])
+def test_a_datatype_of_another_layout_made_where_a_freed_one_was(ring, algorithm):
+    """The parse of a call is kept by its derived datatypes' objects and handles: a send type
+    made and freed around each call, alternately two contiguous doubles and two doubles two
+    apart (the next type made may get the freed one's handle), is read anew each time. Ranks
+    differ: odd ranks keep their buffers, even ones make new ones each call."""
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    comm = sparsecoll.wrap(ring, algorithm, **({"profile": _cheap_sparsecoll()} if algorithm == "auto" else {}))
+    left, right = (rank - 1) % size, (rank + 1) % size
+    kept = (numpy.arange(6.0) + 10 * rank, numpy.zeros(4))
+    for call in range(12):
+        send, recv = kept if rank % 2 else (numpy.arange(6.0) + 10 * rank, numpy.zeros(4))
+        spread = call % 2 == 1
+        pair = (MPI.DOUBLE.Create_vector(2, 1, 2) if spread else MPI.DOUBLE.Create_contiguous(2)).Commit()
+        # block k of a neighbor's: elements 2k, 2k+1 (contiguous) or 3k, 3k+2 (two apart, extent 3)
+        expected = ([10 * left + 3, 10 * left + 5, 10 * right, 10 * right + 2] if spread
+                    else [10 * left + 2, 10 * left + 3, 10 * right, 10 * right + 1])
+        if call % 4 < 2:
+            comm.Neighbor_alltoall([send, 1, pair], [recv, 2, MPI.DOUBLE])
+        else:
+            comm.Ineighbor_alltoall([send, 1, pair], [recv, 2, MPI.DOUBLE]).Wait()
+        pair.Free()
+        assert recv.tolist() == expected, (call, recv.tolist())
+        recv[:] = 0
+
+
 @pytest.mark.parametrize("executor", ["steps", "rma", "rma_canary"])
 def test_persistent_restarts_pick_up_new_contents(ring, executor):
     rank = WORLD.Get_rank()

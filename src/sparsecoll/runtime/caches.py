@@ -5,7 +5,8 @@
 * :class:`ParseCache`: parsed buffer arguments, keyed by a cheap signature of the call's
   arguments: numpy arrays by identity (checked through a weak reference, so a freed
   array whose ``id`` is reused is never mistaken for it), counts, displacements and
-  predefined datatypes by value. Two plain arrays, the usual call, are found by their
+  predefined datatypes by value, derived datatypes by object and handle (the parse kept
+  holds the object, so its ``id`` is not reused meanwhile). Two plain arrays, the usual call, are found by their
   ``id`` alone and then checked (identity, dtype, shape, strides, the receive array's
   writability), which costs less than hashing their signature.
 
@@ -173,8 +174,8 @@ def call_signature(sendbuf, recvbuf):
     Covered: a plain numpy array, or a list or tuple spec whose first entry is one; the
     array by identity, dtype, shape, strides and writability, the rest of the spec (ints and
     numpy integers, ``None``, predefined datatypes, (nested) lists of them, numpy arrays of
-    counts or displacements) by value. Anything else (other buffer objects, derived datatypes) is
-    parsed on every call.
+    counts or displacements) by value, derived datatypes by object and handle. Anything else
+    (other buffer objects, typecode strings) is parsed on every call.
     """
     send = _argument_signature(sendbuf)
     if send is _UNPINNED:
@@ -229,6 +230,11 @@ def _value_signature(spec, depth: int):
         if spec.is_predefined:  # a predefined handle is never given to a derived datatype
             _PREDEFINED_HANDLES.add(handle)
             return ("datatype", handle)
+        # a derived one by its object and handle: the parse kept under this signature holds the
+        # object (its blocks' types), so no other object has its id while the entry lives; MPI
+        # reuses a freed type's handle, but mpi4py's Free turns this object's to the null handle
+        # (:func:`sparsecoll.buffers.datatype_key`'s reasoning)
+        return ("derived", id(spec), handle)
     return _UNPINNED
 
 
