@@ -114,6 +114,8 @@ def test_the_package_imports_without_an_mpi_library_and_its_api_says_why():
     (["simulate", "--compare-params", "x=no/such.json"], "compare-params: x=no/such.json"),
     (["bench", "--np", "2", "--topology", "hotspot:root=5"], "root"),
     (["bench", "--topology", "stencil:d=-1"], "d:"), (["bench", "--topology", "stencil:n=0"], "n:"),
+    (["simulate", "--ranks", "16", "--topology", "stencil:d=20"], "d, n:"),  # 3**20 offsets: ran out of memory
+    (["simulate", "--ranks", "16", "--topology", "moore:D=3,R=20"], "D, R:"),
     (["bench", "--np", "2", "--topology", "cart:d=0"], "d:"),
     (["bench", "--topology", "random:density=0.5,seed=-1"], "topology"), (["bench", "--seed=-2"], "--seed"),
     (["bench", "--algorithms", "loggp_tree+loggp=missing.json"], "loggp"),

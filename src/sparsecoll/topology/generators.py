@@ -117,16 +117,30 @@ def sparse_alltoall(size: int, p: float, seed: int = 0) -> Adjacency:
                      params={"p": adjacency.params["density"], "seed": seed})
 
 
+#: The most offsets a stencil or Moore neighborhood may have (``stencil:d=20`` asked for 3**20 - 1
+#: and ran out of memory building them): 65536 is beyond any stencil of the papers (3**5 - 1 = 242).
+MAX_OFFSETS = 2 ** 16
+
+
 def stencil_offsets(d: int, n: int, f: int = -1) -> list:
     """All ``d``-vectors with coordinates in ``f .. f+n-1``, minus the zero vector, lexicographic
     (the neighborhoods of Träff and Hunold, ICPP 2019). ``d`` and ``n`` are positive (ValueError naming
-    them: ``d=-1`` raised itertools' 'repeat argument cannot be negative', ``n=0`` made no neighbors)."""
+    them: ``d=-1`` raised itertools' 'repeat argument cannot be negative', ``n=0`` made no neighbors),
+    and ``n**d`` at most :data:`MAX_OFFSETS`."""
     d, n = positive_integer(d, "d"), positive_integer(n, "n")
+    if n ** d > MAX_OFFSETS:
+        raise ValueError(f"d, n: d={d} coordinates of n={n} values give {n ** d - 1} offsets per rank; "
+                         f"at most {MAX_OFFSETS - 1} are built")
     return [v for v in itertools.product(range(f, f + n), repeat=d) if any(v)]
 
 
 def moore_offsets(D: int, R: int) -> tuple:
-    """The ``(2R+1)^D - 1`` non-zero offsets of Chebyshev length at most ``R``, lexicographic."""
+    """The ``(2R+1)^D - 1`` non-zero offsets of Chebyshev length at most ``R``, lexicographic
+    (at most :data:`MAX_OFFSETS`: a ValueError naming ``D`` and ``R``)."""
+    D, R = positive_integer(D, "D"), positive_integer(R, "R")
+    if (2 * R + 1) ** D > MAX_OFFSETS:
+        raise ValueError(f"D, R: dimension D={D} and radius R={R} give {(2 * R + 1) ** D - 1} offsets per "
+                         f"rank; at most {MAX_OFFSETS - 1} are built")
     return tuple(stencil_offsets(D, 2 * R + 1, -R))
 
 
