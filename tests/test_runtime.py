@@ -164,6 +164,23 @@ def test_a_spec_with_numpy_integer_displacements_has_a_signature():
     assert signature != call_signature([send, (counts, [0, 2, 4]), MPI.INT], [recv, (counts, [0, 2, 5]), MPI.INT])
 
 
+def test_counts_in_a_numpy_object_array_are_not_pinned_by_its_bytes():
+    """An object array's bytes are pointers to its entries, not their values: displacements
+    kept in one (``numpy.array(..., dtype=object)``, which mpi4py reads as ints) and set anew
+    between calls put a new int at a freed one's address, so two calls with other values had one
+    signature and direct's calls placed the blocks at an earlier call's displacements."""
+    send = numpy.zeros(4000, "i4")
+    displs = numpy.array([0, 0], dtype=object)
+    seen = {}
+    for call in range(20):
+        displs[0], displs[1] = 1000 + 7 * call, 2000 + 7 * call  # new int objects, old ones freed
+        signature = call_signature([send, ([1, 1], displs), MPI.INT], send)
+        assert signature is None or seen.setdefault(signature, call) == call, (call, seen[signature])
+    assert call_signature([send, ([1, 1], displs), MPI.INT], send) is None
+    integers = call_signature([send, ([1, 1], numpy.array([1007, 2007])), MPI.INT], send)
+    assert integers is not None  # an integer array is pinned by its values
+
+
 def test_lists_of_predefined_datatypes_are_pinned_by_their_handles():
     """A w call's list of predefined types (read at C speed once each type was met): the same
     types give the same signature, other types another."""

@@ -150,6 +150,39 @@ def test_vector_and_w_buffer_forms(ring):
     second.Free()
 
 
+@pytest.mark.timeout(60)  # without the fix: from about the 36th call on, blocks at an earlier call's displacements
+@pytest.mark.parametrize("form", ["blocking", "nonblocking", "persistent"])
+def test_displacements_in_a_numpy_object_array_set_anew_between_calls(ring, form):
+    """mpi4py reads counts and displacements from any sequence of integers, a numpy object
+    array too. One such array set to new values before each call holds new int objects, often
+    at the addresses of the ones just freed: the parse cache signed the array by its bytes (the
+    pointers), so a call whose values differed from an earlier one's reused that call's parse
+    (the same arrays in every call, as a loop passes them)."""
+    rank = WORLD.Get_rank()
+    comm = sparsecoll.wrap(ring, "direct")
+    send = numpy.arange(4000, dtype="i4") + 10000 * rank
+    recv, expected = numpy.empty(4000, "i4"), numpy.empty(4000, "i4")
+    send_displs, recv_displs = numpy.array([0, 0], dtype=object), numpy.array([0, 0], dtype=object)
+    for call in range(60):
+        send_displs[:] = recv_displs[:] = None  # the last call's ints freed: new ones may take their memory
+        send_displs[:] = [1000 + 7 * call, 1003 + 7 * call]
+        recv_displs[:] = [1005 + 7 * call, 1000 + 7 * call]
+        send_spec, recv_spec = [send, ([1, 1], send_displs), MPI.INT], [recv, ([1, 1], recv_displs), MPI.INT]
+        recv[:] = expected[:] = -1
+        if form == "blocking":
+            comm.Neighbor_alltoallv(send_spec, recv_spec)
+        elif form == "nonblocking":
+            comm.Ineighbor_alltoallv(send_spec, recv_spec).Wait()
+        else:
+            request = comm.Neighbor_alltoallv_init(send_spec, recv_spec)
+            request.Start()
+            request.Wait()
+            request.Free()
+        ring.Neighbor_alltoallv(send_spec, [expected, ([1, 1], recv_displs), MPI.INT])
+        assert recv.tobytes() == expected.tobytes(), (call, numpy.nonzero(recv != -1)[0].tolist(),
+                                                      numpy.nonzero(expected != -1)[0].tolist())
+
+
 def test_bottom_with_absolute_addresses(ring):
     rank = WORLD.Get_rank()
     send = numpy.arange(4, dtype="i4") + 100 * rank

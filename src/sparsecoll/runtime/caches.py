@@ -174,9 +174,10 @@ def call_signature(sendbuf, recvbuf):
 
     Covered: a plain numpy array, or a list or tuple spec whose first entry is one; the
     array by identity, dtype, shape, strides and writability, the rest of the spec (ints and
-    numpy integers, ``None``, predefined datatypes, (nested) lists of them, numpy arrays of
-    counts or displacements) by value, derived datatypes by object and handle. Anything else
-    (other buffer objects, typecode strings) is parsed on every call.
+    numpy integers, ``None``, predefined datatypes, (nested) lists of them, numpy integer arrays
+    of counts or displacements) by value, derived datatypes by object and handle. Anything else
+    (other buffer objects, typecode strings, numpy object arrays, whose bytes are pointers to
+    their entries) is parsed on every call.
     """
     send = _argument_signature(sendbuf)
     if send is _UNPINNED:
@@ -212,8 +213,8 @@ def _value_signature(spec, depth: int):
         return spec
     if isinstance(spec, numpy.integer):  # displacements from numpy.cumsum, listed: mpi4py reads them as ints
         return int(spec)
-    if kind is numpy.ndarray:
-        return ("array", spec.dtype.str, spec.shape, spec.tobytes())
+    if kind is numpy.ndarray:  # integers by their bytes; an object array's bytes are pointers, not values
+        return ("array", spec.dtype.str, spec.shape, spec.tobytes()) if spec.dtype.kind in "iu" else _UNPINNED
     if kind is list or kind is tuple:
         if depth == 3:
             return _UNPINNED
