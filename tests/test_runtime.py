@@ -181,6 +181,16 @@ def test_counts_in_a_numpy_object_array_are_not_pinned_by_its_bytes():
     assert integers is not None  # an integer array is pinned by its values
 
 
+def test_bool_counts_are_pinned_as_the_ints_they_equal():
+    """mpi4py reads ``True`` as the count 1 (``__index__``), and so does the parse: a spec of bool
+    counts has a signature (else it was parsed on every call), the one of its ints."""
+    array = numpy.zeros(6, "i4")
+    bools = [array, ([True, False, True], [0, 2, 4]), MPI.INT]
+    assert call_signature(bools, array) is not None
+    assert call_signature(bools, array) == call_signature([array, ([1, 0, 1], [0, 2, 4]), MPI.INT], array)
+    assert call_signature([array, True, MPI.INT], array) == call_signature([array, 1, MPI.INT], array)
+
+
 def test_lists_of_predefined_datatypes_are_pinned_by_their_handles():
     """A w call's list of predefined types (read at C speed once each type was met): the same
     types give the same signature, other types another."""

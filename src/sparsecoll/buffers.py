@@ -16,18 +16,18 @@ Forms accepted (as in mpi4py 4.x):
 ``buf`` is any object :func:`mpi4py.MPI.buffer` accepts (buffer protocol, DLPack,
 ``__cuda_array_interface__``), ``None`` inside a list spec for an empty buffer (a bare
 ``None`` is a TypeError, as in mpi4py), or ``MPI.BOTTOM`` with absolute displacements.
-A datatype is an ``MPI.Datatype`` or a typecode string.
+A datatype is an ``MPI.Datatype`` or a typecode string. Counts and displacements are read
+as mpi4py reads them, through ``__index__``: ints, bools, numpy integers, 0-d integer arrays.
 Every error is a ValueError or TypeError naming the argument.
 """
 
 from __future__ import annotations
 
+import operator
 import sys
 from dataclasses import dataclass, replace
 
 from mpi4py import MPI
-
-from .checks import is_integer
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,10 +225,21 @@ def _buffer(obj, readonly: bool, arg: str):
     return buf, buf.address, buf.nbytes
 
 
+def _as_index(value):
+    """``value`` as mpi4py reads a count or displacement, or None where it reads none: through
+    ``__index__`` (``operator.index``), so ints, bools, numpy integers, 0-d integer arrays and any
+    object with ``__index__`` are taken, and floats, numpy bools and longer arrays are not."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _index(value, arg: str, what: str) -> int:
-    if not is_integer(value):
+    index = _as_index(value)
+    if index is None:
         raise TypeError(f"{arg}: {what} must be an integer, got {value!r}")
-    value = int(value)
+    value = index
     if value < 0:
         raise ValueError(f"{arg}: negative {what} {value}")
     return value
@@ -390,7 +401,7 @@ def parse_vector(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
                 raise ValueError(f"{arg}: buffer length {nbytes} is not a multiple of the datatype extent {extent}")
             total = nbytes // extent
         counts = tuple(total // blocks + (total % blocks > i) for i in range(blocks)) if blocks else ()
-    elif is_integer(counts):
+    elif _as_index(counts) is not None:
         counts = (_index(counts, arg, "count"),) * blocks
     else:
         counts = _int_list(counts, blocks, arg, "counts")
@@ -400,7 +411,7 @@ def parse_vector(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
             out.append(acc)
             acc += c
         displs = tuple(out)
-    elif is_integer(displs):
+    elif _as_index(displs) is not None:
         stride = _index(displs, arg, "displacement")
         displs = tuple(stride * i for i in range(blocks))
     else:
@@ -445,9 +456,10 @@ def parse_w(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
     else:
         counts = _int_list(counts, blocks, arg, "counts")
         displs = _per_neighbor(displs, blocks, arg, "displacements", "integers")
-        if not all(is_integer(d) for d in displs):
+        indices = tuple(map(_as_index, displs))
+        if None in indices:
             raise TypeError(f"{arg}: displacements must be integers (bytes), got {displs!r}")
-        displs = tuple(int(d) for d in displs)
+        displs = indices
     if isinstance(datatypes, (MPI.Datatype, str)):
         datatypes = (datatypes,) * blocks
     datatypes = _per_neighbor(datatypes, blocks, arg, "datatypes", "MPI datatypes")

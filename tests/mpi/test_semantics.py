@@ -183,6 +183,51 @@ def test_displacements_in_a_numpy_object_array_set_anew_between_calls(ring, form
                                                       numpy.nonzero(expected != -1)[0].tolist())
 
 
+class _Index:
+    """An object with ``__index__`` (mpi4py reads counts and displacements through it)."""
+
+    def __init__(self, value: int):
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+def test_counts_and_displacements_are_read_through_index_as_mpi4py_reads_them(ring):
+    """mpi4py reads a count or displacement through ``__index__``: bools (``(mask).tolist()``),
+    0-d integer arrays and any object with ``__index__`` are taken. sparsecoll raised TypeError
+    ("count must be an integer, got True") where the library's call ran."""
+    rank = WORLD.Get_rank()
+    send = numpy.arange(8, dtype="i4") + 100 * rank
+    index, zero_d = _Index, numpy.array
+    forms = {
+        "bool counts": ("Neighbor_alltoallv", lambda: [send, ([True, True], [0, 2]), MPI.INT32_T],
+                        lambda r: [r, ([True, True], [5, False]), MPI.INT32_T]),
+        "bool scalar count and stride": ("Neighbor_alltoallv", lambda: [send, True, 2, MPI.INT32_T],
+                                         lambda r: [r, True, 3, MPI.INT32_T]),
+        "__index__ counts and displacements": (
+            "Neighbor_alltoallv", lambda: [send, [index(2), index(3)], [index(0), index(4)], MPI.INT32_T],
+            lambda r: [r, [index(3), index(2)], [index(5), index(0)], MPI.INT32_T]),
+        "0-d array count and stride": ("Neighbor_alltoallv", lambda: [send, zero_d(2), zero_d(4), MPI.INT32_T],
+                                       lambda r: [r, zero_d(2), zero_d(3), MPI.INT32_T]),
+        "bool regular count": ("Neighbor_alltoall", lambda: [send, True, MPI.INT32_T],
+                               lambda r: [r, True, MPI.INT32_T]),
+        "0-d array regular count": ("Neighbor_allgather", lambda: [send, zero_d(3), MPI.INT32_T],
+                                    lambda r: [r, zero_d(3), MPI.INT32_T]),
+        "w: bools and __index__": (
+            "Neighbor_alltoallw", lambda: [send, [True, index(2)], [zero_d(0), index(16)], [MPI.INT32_T] * 2],
+            lambda r: [r, [index(2), True], [False, 20], [MPI.INT32_T] * 2]),
+    }
+    for name, (method, sendspec, recvspec) in forms.items():
+        for _ in range(2):  # the second call through the parse cache
+            native, direct = _both(ring, method, sendspec, recvspec, 8)
+            assert native.tobytes() == direct.tobytes(), name
+            assert (native != -1).any(), name
+    direct = sparsecoll.wrap(ring, "direct")
+    with pytest.raises(TypeError, match="sendbuf: count must be an integer"):  # as mpi4py: a numpy bool is none
+        direct.Neighbor_alltoall([send, numpy.True_, MPI.INT32_T], [send.copy(), 1, MPI.INT32_T])
+
+
 def test_bottom_with_absolute_addresses(ring):
     rank = WORLD.Get_rank()
     send = numpy.arange(4, dtype="i4") + 100 * rank

@@ -173,8 +173,8 @@ def call_signature(sendbuf, recvbuf):
     """What pins the parse of two buffer arguments, or None where nothing cheap does.
 
     Covered: a plain numpy array, or a list or tuple spec whose first entry is one; the
-    array by identity, dtype, shape, strides and writability, the rest of the spec (ints and
-    numpy integers, ``None``, predefined datatypes, (nested) lists of them, numpy integer arrays
+    array by identity, dtype, shape, strides and writability, the rest of the spec (ints, bools
+    and numpy integers, ``None``, predefined datatypes, (nested) lists of them, numpy integer arrays
     of counts or displacements) by value, derived datatypes by object and handle. Anything else
     (other buffer objects, typecode strings, numpy object arrays, whose bytes are pointers to
     their entries) is parsed on every call.
@@ -209,7 +209,7 @@ def _array_identity(array: numpy.ndarray) -> tuple:
 def _value_signature(spec, depth: int):
     """Counts, displacements and datatypes by value (their contents decide the layout)."""
     kind = type(spec)
-    if kind is int or spec is None:
+    if kind is int or kind is bool or spec is None:  # a bool counts as the int it equals, as in the parse
         return spec
     if isinstance(spec, numpy.integer):  # displacements from numpy.cumsum, listed: mpi4py reads them as ints
         return int(spec)
@@ -249,5 +249,5 @@ def _value_signature(spec, depth: int):
 
 _PREDEFINED_HANDLES: set = set()  # handles of the predefined datatypes met so far
 _Datatype = MPI.Datatype
-_INT_ONLY, _DATATYPE_ONLY = {int}, {_Datatype}
+_INT_ONLY, _DATATYPE_ONLY = {int, bool}, {_Datatype}
 _handle_of = attrgetter("handle")
