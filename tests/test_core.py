@@ -428,6 +428,42 @@ def test_repeated_calls_on_the_same_arrays_parse_once_and_notice_changes(monkeyp
         graph.Free()
 
 
+def test_typecode_strings_and_range_displacements_are_parsed_once(monkeypatch):
+    """mpi4py takes a typecode string for a datatype and any sequence (a ``range``) for counts or
+    displacements. Both are immutable and read the same every time, yet a spec that held one had
+    no call signature and was parsed on every call; now once, and another code or range is parsed
+    (and checked) again."""
+    import sparsecoll
+    import sparsecoll.runtime.communicator as runtime_module
+    parses = []
+
+    def counted(parser):  # each parse of a call reads two arguments: two counts
+        return lambda *args, **kwargs: parses.append(1) or parser(*args, **kwargs)
+    monkeypatch.setattr(runtime_module, "PARSERS", {name: (counted(send), per_edge, counted(recv))
+                                                    for name, (send, per_edge, recv) in runtime_module.PARSERS.items()})
+    graph = MPI.COMM_SELF.Create_dist_graph_adjacent([0, 0], [0, 0])
+    try:
+        comm = sparsecoll.wrap(graph, "direct")
+        send, out = numpy.array([7, 8], dtype="i4"), numpy.full(6, -1, dtype="i4")
+        for _ in range(3):
+            comm.Neighbor_allgather([send, 2, "i"], [out, 2, "i"])
+        assert len(parses) == 2 and out.tolist() == [7, 8, 7, 8, -1, -1]
+        out[:] = -1
+        for _ in range(3):
+            comm.Neighbor_allgatherv([send, 2, "i"], [out, ([2, 2], range(0, 6, 3)), "i"])
+        assert len(parses) == 4 and out.tolist() == [7, 8, -1, 7, 8, -1]
+        out[:] = -1
+        comm.Neighbor_allgatherv([send, 2, "i"], [out, ([2, 2], range(4, -1, -4)), "i"])
+        assert len(parses) == 6 and out.tolist() == [7, 8, -1, -1, 7, 8]
+        with pytest.raises(ValueError, match="recvbuf"):  # the same spec, out of bounds: checked anew
+            comm.Neighbor_allgatherv([send, 2, "i"], [out, ([2, 2], range(0, 10, 5)), "i"])
+        out16 = out.view("i2")
+        comm.Neighbor_allgather([send.view("i2"), 4, "h"], [out16, 4, "h"])  # another code: parsed
+        assert len(parses) == 10 and out.tolist() == [7, 8, 7, 8, 7, 8]
+    finally:
+        graph.Free()
+
+
 def test_import_does_not_check_a_placement_override():
     """``SPARSECOLL_PLACEMENT`` is checked against a communicator when one is wrapped, not at import
     (it once raised there: a default plan was made for a 1-rank communicator)."""

@@ -4,8 +4,8 @@
 * :class:`LastArrays`: per call plan, the key of its last call of two plain arrays.
 * :class:`ParseCache`: parsed buffer arguments, keyed by a cheap signature of the call's
   arguments: numpy arrays by identity (checked through a weak reference, so a freed
-  array whose ``id`` is reused is never mistaken for it), counts, displacements and
-  predefined datatypes by value, derived datatypes by object and handle (the parse kept
+  array whose ``id`` is reused is never mistaken for it), counts, displacements, predefined
+  datatypes and typecode strings by value, derived datatypes by object and handle (the parse kept
   holds the object, so its ``id`` is not reused meanwhile). Two plain arrays, the usual call, are found by their
   ``id`` alone and then checked (identity, dtype, shape, strides, the receive array's
   writability), which costs less than hashing their signature.
@@ -174,10 +174,10 @@ def call_signature(sendbuf, recvbuf):
 
     Covered: a plain numpy array, or a list or tuple spec whose first entry is one; the
     array by identity, dtype, shape, strides and writability, the rest of the spec (ints, bools
-    and numpy integers, ``None``, predefined datatypes, (nested) lists of them, numpy integer arrays
-    of counts or displacements) by value, derived datatypes by object and handle. Anything else
-    (other buffer objects, typecode strings, numpy object arrays, whose bytes are pointers to
-    their entries) is parsed on every call.
+    and numpy integers, ``None``, predefined datatypes and typecode strings, (nested) lists of
+    them, ranges and numpy integer arrays of counts or displacements) by value, derived datatypes
+    by object and handle. Anything else (other buffer objects, numpy object arrays, whose bytes
+    are pointers to their entries) is parsed on every call.
     """
     send = _argument_signature(sendbuf)
     if send is _UNPINNED:
@@ -213,6 +213,10 @@ def _value_signature(spec, depth: int):
         return spec
     if isinstance(spec, numpy.integer):  # displacements from numpy.cumsum, listed: mpi4py reads them as ints
         return int(spec)
+    if kind is str:  # a typecode: MPI.Datatype.fromcode reads it as the same predefined type every time
+        return ("typecode", spec)
+    if kind is range:  # counts or displacements as a range: immutable, read as its values
+        return ("range", spec.start, spec.stop, spec.step)
     if kind is numpy.ndarray:  # integers by their bytes; an object array's bytes are pointers, not values
         return ("array", spec.dtype.str, spec.shape, spec.tobytes()) if spec.dtype.kind in "iu" else _UNPINNED
     if kind is list or kind is tuple:
