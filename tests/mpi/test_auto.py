@@ -326,6 +326,34 @@ def test_a_pinned_collective_runs_a_candidate_only_where_it_is_safe_at_every_siz
         assert_same_on_every_rank((blocking["reason"], runs))
 
 
+@pytest.mark.timeout(120)
+def test_a_pinned_init_through_another_wrapper_of_the_handle_agrees_nothing_where_the_library_runs():
+    """Two wrappers of one handle share its dispatch. alltoallv is pinned, and the library runs its
+    persistent requests at every size (its persistent call free in the profile): the first init,
+    through wrapper ``a``, put the library's method on ``a``. A later init through ``a`` on rank 0
+    and through ``b`` (no method put in place there yet) on the others made those agree their
+    request's size class in an allreduce rank 0 never joined, and every rank waited for good.
+    Every request's data is the library's."""
+    with random_graph(11, 0.7) as raw:
+        a = sparsecoll.wrap(raw, profile=slow_library(persistent=False))
+        b = sparsecoll.wrap(raw, profile=slow_library(persistent=False))
+        sources, destinations, _ = raw.Get_dist_neighbors()
+        send_counts = [1 + (RANK + d) % 4 for d in destinations]
+        recv_counts = [1 + (s + RANK) % 4 for s in sources]
+        for comm in (a, a if RANK == 0 else b, b if RANK == 0 else a):
+            send = numpy.arange(sum(send_counts), dtype="i8") + 100 * RANK
+            got, expected = numpy.zeros(sum(recv_counts), dtype="i8"), numpy.zeros(sum(recv_counts), dtype="i8")
+            request = comm.Neighbor_alltoallv_init([send, send_counts], [got, recv_counts])
+            request.Start()
+            request.Wait()
+            request.Free()
+            raw.Neighbor_alltoallv([send, send_counts], [expected, recv_counts])
+            assert numpy.array_equal(got, expected)
+        explained = a.plan_stats("alltoallv", block_bytes=8, form="persistent")["auto"]
+        assert explained["algorithm"] == "native", explained
+        assert_same_on_every_rank(explained["reason"])
+
+
 @pytest.mark.parametrize("loses", [True, False])
 def test_after_the_online_check_a_pinned_collective_calls_what_won_without_the_dispatch(monkeypatch, loses):
     """alltoallv (pinned: counts per rank) where the model's choice is checked online. From the

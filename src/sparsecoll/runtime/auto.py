@@ -728,7 +728,12 @@ class AutoDispatch:
     def persistent(self, _, sendbuf, recvbuf, info=MPI.INFO_NULL):
         """A persistent request of the chosen algorithm (protocol candidates are built for it); a
         :class:`~.online_check.CheckedRequest` where the choice, or with ``verify_choice`` the
-        model's near miss, is checked against native in its first starts (see the module)."""
+        model's near miss, is checked against native in its first starts (see the module). A form
+        the library runs for good (:meth:`native_forms`) gets the library's request with nothing
+        collective, as a wrapper that installed the library's method gets it: another wrapper of
+        the handle may make this init on some ranks and that one on the others."""
+        if "persistent" in self._library_only:
+            return self._native["persistent"](sendbuf, recvbuf, info)
         if self._checks:  # every rank makes its inits in the same order: the same checks here
             self.decide()
         size_class = self._request_class(sendbuf, recvbuf)
