@@ -354,6 +354,30 @@ def test_a_pinned_init_through_another_wrapper_of_the_handle_agrees_nothing_wher
         assert_same_on_every_rank(explained["reason"])
 
 
+@pytest.mark.timeout(120)
+def test_a_pinned_init_with_arguments_one_rank_refuses_raises_on_every_rank():
+    """alltoallv is pinned, and each persistent request agrees its size class at its init (one
+    allreduce). A last rank passing one send count too many raised its ValueError before that
+    allreduce, while the others waited in it for good (the library's init raises on that rank and
+    returns on the others). Now that rank raises its error naming ``sendbuf``, every other rank
+    one saying so, and the next init, good on every rank, runs: its data is the library's."""
+    with random_graph(11, 0.7) as raw:
+        comm = sparsecoll.wrap(raw, profile=small_blocks_only())
+        send_counts, recv_counts = alltoallv_counts(raw, -1)
+        send = numpy.arange(sum(send_counts), dtype="f8") + 1000 * RANK
+        got, expected = numpy.zeros(sum(recv_counts)), numpy.zeros(sum(recv_counts))
+        comm.Neighbor_alltoallv([send, send_counts], [got, recv_counts])  # the first call pins
+        bad = send_counts + [1] if RANK == SIZE - 1 else send_counts
+        with pytest.raises(ValueError, match="sendbuf" if RANK == SIZE - 1 else "another rank"):
+            comm.Neighbor_alltoallv_init([send, bad], [got, recv_counts])
+        request = comm.Neighbor_alltoallv_init([send, send_counts], [got, recv_counts])
+        request.Start()
+        request.Wait()
+        request.Free()
+        raw.Neighbor_alltoallv([send, send_counts], [expected, recv_counts])
+        assert numpy.array_equal(got, expected)
+
+
 @pytest.mark.parametrize("loses", [True, False])
 def test_after_the_online_check_a_pinned_collective_calls_what_won_without_the_dispatch(monkeypatch, loses):
     """alltoallv (pinned: counts per rank) where the model's choice is checked online. From the

@@ -759,12 +759,25 @@ class AutoDispatch:
         :func:`local_class`, agreed at the init (collective: one allreduce; every rank makes its
         inits in the same order, and an init is set-up, where one allreduce costs little against
         the starts). A request made at 8 B and another at 64 KiB then each run their own class's
-        choice (:data:`~sparsecoll.model.choice.PINNED_ALLOWANCE` says what the other choice cost)."""
+        choice (:data:`~sparsecoll.model.choice.PINNED_ALLOWANCE` says what the other choice cost).
+        A rank whose arguments the parse refuses raises its error after the allreduce, and every
+        other rank a ValueError saying so (the library's init raises on that rank alone and returns
+        on the others, which then went on; here they would wait in the allreduce for good)."""
         if not self.requests_agree:
             return self._size_class(sendbuf, recvbuf)
-        local = numpy.array([local_class(self._comm_runtime, self.collective, sendbuf, recvbuf)], dtype="i8")
-        agreed = numpy.empty_like(local)
-        self._comm_runtime.private.Allreduce(local, agreed, op=MPI.MAX)
+        try:
+            local, refused = local_class(self._comm_runtime, self.collective, sendbuf, recvbuf), None
+        except Exception as exc:  # noqa: BLE001 (raised below, on this rank, once every rank knows)
+            local, refused = UNKNOWN, exc
+        vector = numpy.array([local, refused is not None], dtype="i8")
+        agreed = numpy.empty_like(vector)
+        self._comm_runtime.private.Allreduce(vector, agreed, op=MPI.MAX)
+        if refused is not None:
+            raise refused
+        if agreed[1]:
+            raise ValueError(f"Neighbor_{self.collective}_init: another rank's arguments were refused (its error "
+                             f"names the argument); the request's size class is agreed by every rank at its "
+                             f"init, so no rank makes the request")
         return int(agreed[0]) if agreed[0] >= 0 else self.pinned  # no rank could tell: the first call's
 
     def _persistent_request(self, name: str, sendbuf, recvbuf, info):
