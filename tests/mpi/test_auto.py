@@ -378,6 +378,41 @@ def test_a_pinned_init_with_arguments_one_rank_refuses_raises_on_every_rank():
         assert numpy.array_equal(got, expected)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("collective", ["alltoallv", "alltoall"])
+def test_a_first_init_with_arguments_one_rank_refuses_raises_on_every_rank(collective):
+    """The first call of a collective decides in one allreduce, from each rank's block size. A first
+    ``*_init`` whose arguments the last rank's parse refused raised there before that allreduce,
+    while the others waited in it for good (the library's init raises on that rank and returns on
+    the others). Now that rank raises its error naming the argument, every other rank one saying
+    so, and the next init, good on every rank, decides and runs: its data is the library's."""
+    with random_graph(11, 0.7) as raw:
+        comm = sparsecoll.wrap(raw, profile=small_blocks_only())
+        indegree, outdegree, _ = raw.Get_dist_neighbors_count()
+        send = numpy.arange(outdegree, dtype="f8") + 1000 * RANK
+        got, expected = numpy.zeros(indegree), numpy.zeros(indegree)
+        if collective == "alltoallv":
+            good, bad = [send, [1] * outdegree], [send, [1] * (outdegree + 1)]
+            received = [got, [1] * indegree]
+        else:
+            good, bad = [send, 1, MPI.DOUBLE], [send[:0], 1, MPI.DOUBLE]  # bad: a block past the buffer
+            received = [got, 1, MPI.DOUBLE]
+        init = getattr(comm, f"Neighbor_{collective}_init")
+        refuses = RANK == SIZE - 1 and outdegree > 0
+        any_refuses = WORLD.allreduce(refuses, op=MPI.LOR)
+        if not any_refuses:
+            pytest.skip("the last rank sends nothing on this graph")
+        with pytest.raises(ValueError, match="sendbuf" if refuses else "another rank"):
+            init(bad if RANK == SIZE - 1 else good, received)
+        request = init(good, received)
+        request.Start()
+        request.Wait()
+        request.Free()
+        getattr(raw, f"Neighbor_{collective}")(good, [expected, 1, MPI.DOUBLE] if collective == "alltoall"
+                                               else [expected, [1] * indegree])
+        assert numpy.array_equal(got, expected)
+
+
 @pytest.mark.parametrize("loses", [True, False])
 def test_after_the_online_check_a_pinned_collective_calls_what_won_without_the_dispatch(monkeypatch, loses):
     """alltoallv (pinned: counts per rank) where the model's choice is checked online. From the

@@ -246,7 +246,7 @@ class AutoDispatch:
     """Runs one collective of an auto plan on one handle (``runtime`` is itself: it runs the call)."""
 
     def __init__(self, runtime, plan, collective: str, family_model: FamilyModel, native_methods: dict,
-                 local_class: int, by_weights: bool = False):
+                 local_class: int, by_weights: bool = False, refused: Exception | None = None):
         self.collective = collective
         self.runtime = self  # the wrapper calls ``call.runtime.<form>(call, ...)``; this object runs them
         self._comm_runtime = runtime
@@ -280,21 +280,24 @@ class AutoDispatch:
         #: receive blocks of a regular call (0 for the v/w forms: :meth:`_size_class` parses them)
         self._in_blocks = runtime.topology.indegree if collective in REGULAR else 0
         self._on_decision: list = []  # (callable, weak reference to its wrapper): see on_decision
-        self._agree(local_class)
+        self._agree(local_class, refused)
 
     # -- the decision ------------------------------------------------------------------
-    def _agree(self, local_class: int) -> None:
-        """The first call's allreduce: every candidate's worst time, and the range of size classes."""
+    def _agree(self, local_class: int, refused: Exception | None = None) -> None:
+        """The first call's allreduce: every candidate's worst time, and the range of size classes;
+        where some rank's arguments were refused (``refused`` here: :func:`local_class_or_refusal`),
+        every rank raises after it (:func:`raise_if_refused`)."""
         family = self._family
         names = list(family.costs)
         local = numpy.stack([family.costs[name].seconds() for name in names])
         check = float(self._plan.verify_code())
-        vector = numpy.concatenate([local.ravel(), [family.load.native_shortcut],
+        vector = numpy.concatenate([local.ravel(), [family.load.native_shortcut], [float(refused is not None)],
                                     [-local_class if local_class != UNKNOWN else -model.CLASSES,
                                                     local_class, float(local_class == UNKNOWN),
                                                     float(family.fault is not None), check, -check]])
         worst = numpy.empty_like(vector)
         self._comm_runtime.private.Allreduce(vector, worst, op=MPI.MAX)
+        raise_if_refused(refused, worst[local.size + 1], f"Neighbor_{self.collective} (its first call)")
         if worst[-2] != -worst[-1]:  # every rank raises: the checks below would run on some ranks only
             raise ValueError("verify_choice: the ranks passed different values to wrap (it decides which "
                              "calls are timed, collectively, so every rank must pass the same)")
@@ -765,19 +768,11 @@ class AutoDispatch:
         on the others, which then went on; here they would wait in the allreduce for good)."""
         if not self.requests_agree:
             return self._size_class(sendbuf, recvbuf)
-        try:
-            local, refused = local_class(self._comm_runtime, self.collective, sendbuf, recvbuf), None
-        except Exception as exc:  # noqa: BLE001 (raised below, on this rank, once every rank knows)
-            local, refused = UNKNOWN, exc
+        local, refused = local_class_or_refusal(self._comm_runtime, self.collective, sendbuf, recvbuf)
         vector = numpy.array([local, refused is not None], dtype="i8")
         agreed = numpy.empty_like(vector)
         self._comm_runtime.private.Allreduce(vector, agreed, op=MPI.MAX)
-        if refused is not None:
-            raise refused
-        if agreed[1]:
-            raise ValueError(f"Neighbor_{self.collective}_init: another rank's arguments were refused (its error "
-                             f"names the argument); the request's size class is agreed by every rank at its "
-                             f"init, so no rank makes the request")
+        raise_if_refused(refused, agreed[1], f"Neighbor_{self.collective}_init")
         return int(agreed[0]) if agreed[0] >= 0 else self.pinned  # no rank could tell: the first call's
 
     def _persistent_request(self, name: str, sendbuf, recvbuf, info):
@@ -897,6 +892,27 @@ def local_class(runtime, collective: str, sendbuf, recvbuf) -> int:
     """The size class of this rank's call (:data:`UNKNOWN` if it cannot tell)."""
     nbytes = block_bytes(runtime, collective, sendbuf, recvbuf)
     return UNKNOWN if nbytes == UNKNOWN else model.size_class(nbytes)
+
+
+def local_class_or_refusal(runtime, collective: str, sendbuf, recvbuf) -> tuple:
+    """``(local_class(...), None)``, or ``(UNKNOWN, the error)`` where the parse refuses this rank's
+    arguments: a size-class agreement (one allreduce) carries whether some rank refused, so that
+    :func:`raise_if_refused` raises on every rank after it instead of on this rank alone before
+    it, while the others wait in it for good."""
+    try:
+        return local_class(runtime, collective, sendbuf, recvbuf), None
+    except Exception as exc:  # noqa: BLE001 (raised by raise_if_refused, once every rank knows)
+        return UNKNOWN, exc
+
+
+def raise_if_refused(refused, some_rank_refused, call: str) -> None:
+    """After the agreement: this rank's own error (``refused``, from :func:`local_class_or_refusal`),
+    else a ValueError where another rank's arguments were refused (``some_rank_refused``)."""
+    if refused is not None:
+        raise refused
+    if some_rank_refused:
+        raise ValueError(f"{call}: another rank's arguments were refused (its error names the argument); the "
+                         f"size class is agreed by every rank in the call, so no rank runs it")
 
 
 def wrapper_methods(dispatch: AutoDispatch, library: dict, class_method) -> dict:

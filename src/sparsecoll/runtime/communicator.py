@@ -38,7 +38,7 @@ from ..model.profile import FORMS, ProfileError, library_name
 from ..pattern import FAMILIES, REGULAR, family_of, stats
 from ..topology import Topology, from_comm
 from . import persistence as levels
-from .auto import UNKNOWN, AutoDispatch, FamilyModel, explain_undecided, local_class
+from .auto import UNKNOWN, AutoDispatch, FamilyModel, explain_undecided, local_class_or_refusal
 from .caches import CACHE_SIZE, LastArrays, ParseCache, Recent, call_signature, simple_spec
 from .channels import Channels
 from .plan import CallPlan, Plan
@@ -315,13 +315,14 @@ class CommRuntime:
         if dispatch is None:
             model = self._family_model(plan, family_of(collective))
             by_weights = plan.persistence.exact_bytes
+            refused = None
             if by_weights:  # the weights are every call's bytes (checked per call)
                 nbytes = levels.weight_bytes(self.topology)
                 local = UNKNOWN if nbytes is None else size_class(nbytes)
-            else:
-                local = local_class(self, collective, sendbuf, recvbuf)
+            else:  # arguments this rank refuses raise on every rank, after the decision's allreduce
+                local, refused = local_class_or_refusal(self, collective, sendbuf, recvbuf)
             dispatch = self._dispatches[key] = AutoDispatch(self, plan, collective, model, native_methods, local,
-                                                            by_weights)
+                                                            by_weights, refused)
             self.decided_flag(plan, collective)[0] = True
         return dispatch
 
