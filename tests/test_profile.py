@@ -333,7 +333,7 @@ def test_a_pinned_choice_must_be_safe_at_every_size():
     """``safe_at_every_size``: in the rows of the forms given, a candidate predicted over
     PINNED_ALLOWANCE x native's time at any class is charged infinity at every class (so
     ``decide`` keeps native where it won), one within the allowance everywhere is kept as it is,
-    and other rows are untouched; ``worst_class`` names the class and ratio."""
+    and other rows are untouched; ``first_unsafe_class`` names the first class over it and its ratio."""
     from sparsecoll.model.profile import FORMS
     native = numpy.full((len(FORMS), choice.CLASSES), 100e-6)
     small_only = native * 0.5
@@ -350,7 +350,9 @@ def test_a_pinned_choice_must_be_safe_at_every_size():
     del safe["cartesian"]
     assert choice.decide(safe)[blocking] == [choice.NATIVE] * choice.CLASSES
     assert choice.decide(safe)[persistent][4] == "direct"
-    assert choice.worst_class(seconds, "direct", "blocking") == (20, pytest.approx(choice.PINNED_ALLOWANCE + 0.01))
+    assert choice.first_unsafe_class(seconds, "direct", "blocking") == (
+        20, pytest.approx(choice.PINNED_ALLOWANCE + 0.01))
+    assert choice.first_unsafe_class(seconds, "cartesian", "blocking") == (None, None)
 
 
 def test_every_byte_sparsecoll_moves_costs_its_byte_factor():

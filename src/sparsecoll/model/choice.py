@@ -403,14 +403,15 @@ def safe_at_every_size(seconds: dict, forms) -> dict:
     return safe
 
 
-def worst_class(seconds: dict, name: str, form: str) -> tuple:
-    """The size class where ``name`` is predicted slowest against ``native`` in ``form``, and that ratio."""
+def first_unsafe_class(seconds: dict, name: str, form: str) -> tuple:
+    """The smallest size class where ``name`` is predicted over :data:`PINNED_ALLOWANCE` times
+    native's time in ``form``, and that ratio; ``(None, None)`` where there is none."""
     f = FORMS.index(form)
     native, times = seconds[NATIVE][f], seconds[name][f]
     ratios = numpy.where(times > 0, math.inf, 1.0)  # where native's is 0 (a profile may charge nothing)
     numpy.divide(times, native, out=ratios, where=native > 0)
-    worst = int(numpy.argmax(ratios))
-    return worst, float(ratios[worst])
+    over = numpy.flatnonzero(ratios > PINNED_ALLOWANCE)
+    return (int(over[0]), float(ratios[over[0]])) if over.size else (None, None)
 
 
 def keep_the_library_whole(table: list, native: numpy.ndarray, shortcut_seconds: float) -> list:

@@ -426,11 +426,6 @@ class AutoDispatch:
                   if check.size_class == size_class and check.verdict is not None and check.verdict.done]
         return trial_record(agreed[-1]) if agreed else self.persistent_trials.get(size_class)
 
-    def _unsafe_at_some_size(self, form: str, name: str) -> bool:
-        """Whether :func:`~sparsecoll.model.choice.safe_at_every_size` keeps ``name`` from ``form``."""
-        return self.requests_agree and self.native_allowed and math.isinf(
-            model.safe_at_every_size(self._family.seconds, (form,))[name][FORMS.index(form), 0])
-
     def _checked_native(self) -> list:
         """The blocking size classes whose online check the choice lost (:attr:`blocking_trials`):
         they run native from then on, whatever a later :meth:`decide` predicts (measured
@@ -534,6 +529,8 @@ class AutoDispatch:
             seconds = predicted[name]
             return seconds / native if native else 1.0 if seconds == native else math.copysign(math.inf, seconds)
         best = min((n for n in predicted if n != model.NATIVE), key=predicted.get, default=None)
+        unsafe, unsafe_ratio = (model.first_unsafe_class(family.seconds, best, form)
+                                if best and self._pinned_form(form) and self.requests_agree else (None, None))
         if not self.native_allowed:
             why = (f"the library's own call is excluded ({self._family.fault or 'a fault on another rank'}); "
                    f"{winner} is the fastest other candidate")
@@ -542,11 +539,9 @@ class AutoDispatch:
                    f"algorithms, and the size comparison that needs ({self.shortcut_seconds * 1e6:.2f} us "
                    f"per call) would cost over {model.SHORTCUT_ALLOWANCE} x the library's call at some size "
                    f"it runs" + (f" (best here: {best}, {to_native(best):.2f} x)" if best else ""))
-        elif (winner == model.NATIVE and self._pinned_form(form) and best
-              and to_native(best) <= model.NATIVE_MARGIN and self._unsafe_at_some_size(form, best)):
-            worst, ratio = model.worst_class(family.seconds, best, form)
+        elif winner == model.NATIVE and unsafe is not None and to_native(best) <= model.NATIVE_MARGIN:
             why = (f"pinned: {best} is predicted at {to_native(best):.2f} x native's time at this class, but "
-                   f"{ratio:.2f} x at {model.CLASS_BYTES[worst]:.0f} B blocks, over the "
+                   f"{unsafe_ratio:.2f} x with blocks of {class_range(unsafe)}, over the "
                    f"{model.PINNED_ALLOWANCE} x a pinned collective's choice may cost at any size")
         elif winner == model.NATIVE:
             why = (f"no candidate is predicted at most {model.NATIVE_MARGIN} x native's time"
@@ -850,6 +845,11 @@ class PendingCheck:
         if self.verdict is not None:
             return self.POSTED
         return self.FREED if self.freed else self.RUNNING
+
+
+def class_range(size_class: int) -> str:
+    """The block sizes of ``size_class`` in words (:func:`sparsecoll.model.choice.size_class`)."""
+    return "0 B" if size_class == 0 else f"{2 ** (size_class - 1)}-{2 ** size_class - 1} B"
 
 
 def explain_undecided(plan, block_bytes: int, runs: str) -> dict:
