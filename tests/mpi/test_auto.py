@@ -284,6 +284,15 @@ def alltoallv_counts(raw, big_from: int):
     return [block] * len(destinations), [8192 if s == big_from else 1 for s in sources]
 
 
+def alltoallv_request_matches_library(comm, raw, send, send_counts, recv_counts) -> bool:
+    """One persistent ``alltoallv`` request of ``comm``, started once and freed: True if what it
+    received equals the library's call on ``raw``."""
+    got, expected = numpy.zeros(sum(recv_counts), send.dtype), numpy.zeros(sum(recv_counts), send.dtype)
+    cases.run_call(comm, "alltoallv", "persistent", [send, send_counts], [got, recv_counts])
+    raw.Neighbor_alltoallv([send, send_counts], [expected, recv_counts])
+    return numpy.array_equal(got, expected)
+
+
 @pytest.mark.timeout(120)
 def test_a_pinned_collective_runs_a_candidate_only_where_it_is_safe_at_every_size():
     """alltoallv is pinned to its first call's class (8 B blocks here). A candidate predicted to
@@ -342,13 +351,7 @@ def test_a_pinned_init_through_another_wrapper_of_the_handle_agrees_nothing_wher
         recv_counts = [1 + (s + RANK) % 4 for s in sources]
         for comm in (a, a if RANK == 0 else b, b if RANK == 0 else a):
             send = numpy.arange(sum(send_counts), dtype="i8") + 100 * RANK
-            got, expected = numpy.zeros(sum(recv_counts), dtype="i8"), numpy.zeros(sum(recv_counts), dtype="i8")
-            request = comm.Neighbor_alltoallv_init([send, send_counts], [got, recv_counts])
-            request.Start()
-            request.Wait()
-            request.Free()
-            raw.Neighbor_alltoallv([send, send_counts], [expected, recv_counts])
-            assert numpy.array_equal(got, expected)
+            assert alltoallv_request_matches_library(comm, raw, send, send_counts, recv_counts)
         explained = a.plan_stats("alltoallv", block_bytes=8, form="persistent")["auto"]
         assert explained["algorithm"] == "native", explained
         assert_same_on_every_rank(explained["reason"])
@@ -365,17 +368,12 @@ def test_a_pinned_init_with_arguments_one_rank_refuses_raises_on_every_rank():
         comm = sparsecoll.wrap(raw, profile=small_blocks_only())
         send_counts, recv_counts = alltoallv_counts(raw, -1)
         send = numpy.arange(sum(send_counts), dtype="f8") + 1000 * RANK
-        got, expected = numpy.zeros(sum(recv_counts)), numpy.zeros(sum(recv_counts))
+        got = numpy.zeros(sum(recv_counts))
         comm.Neighbor_alltoallv([send, send_counts], [got, recv_counts])  # the first call pins
         bad = send_counts + [1] if RANK == SIZE - 1 else send_counts
         with pytest.raises(ValueError, match="sendbuf" if RANK == SIZE - 1 else "another rank"):
             comm.Neighbor_alltoallv_init([send, bad], [got, recv_counts])
-        request = comm.Neighbor_alltoallv_init([send, send_counts], [got, recv_counts])
-        request.Start()
-        request.Wait()
-        request.Free()
-        raw.Neighbor_alltoallv([send, send_counts], [expected, recv_counts])
-        assert numpy.array_equal(got, expected)
+        assert alltoallv_request_matches_library(comm, raw, send, send_counts, recv_counts)
 
 
 @pytest.mark.timeout(120)

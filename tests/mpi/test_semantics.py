@@ -169,15 +169,7 @@ def test_displacements_in_a_numpy_object_array_set_anew_between_calls(ring, form
         recv_displs[:] = [1005 + 7 * call, 1000 + 7 * call]
         send_spec, recv_spec = [send, ([1, 1], send_displs), MPI.INT], [recv, ([1, 1], recv_displs), MPI.INT]
         recv[:] = expected[:] = -1
-        if form == "blocking":
-            comm.Neighbor_alltoallv(send_spec, recv_spec)
-        elif form == "nonblocking":
-            comm.Ineighbor_alltoallv(send_spec, recv_spec).Wait()
-        else:
-            request = comm.Neighbor_alltoallv_init(send_spec, recv_spec)
-            request.Start()
-            request.Wait()
-            request.Free()
+        cases.run_call(comm, "alltoallv", form, send_spec, recv_spec)
         ring.Neighbor_alltoallv(send_spec, [expected, ([1, 1], recv_displs), MPI.INT])
         assert recv.tobytes() == expected.tobytes(), (call, numpy.nonzero(recv != -1)[0].tolist(),
                                                       numpy.nonzero(expected != -1)[0].tolist())
