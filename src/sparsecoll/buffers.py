@@ -239,10 +239,9 @@ def _index(value, arg: str, what: str) -> int:
     index = _as_index(value)
     if index is None:
         raise TypeError(f"{arg}: {what} must be an integer, got {value!r}")
-    value = index
-    if value < 0:
-        raise ValueError(f"{arg}: negative {what} {value}")
-    return value
+    if index < 0:
+        raise ValueError(f"{arg}: negative {what} {index}")
+    return index
 
 
 def _per_neighbor(values, n: int, arg: str, what: str, kind: str) -> list:

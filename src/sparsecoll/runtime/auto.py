@@ -310,9 +310,11 @@ class AutoDispatch:
         # exact bytes: every call has the weights' sizes, so one class (the largest over ranks) serves all
         per_size = self.collective in REGULAR and not unknown and lowest == highest and not self.by_weights
         self.pinned = None if per_size else max(int(highest), 0)
-        #: a pinned collective's persistent requests each agree their size class at their init
-        #: (:meth:`_request_class`); under exact bytes the weights' class serves every call
-        self.requests_agree = self.pinned is not None and not self.by_weights
+        #: pinned, and its calls may have other sizes than the pinned class (not so under exact
+        #: bytes, where the weights' class serves every call): each persistent request then agrees
+        #: its own class at its init (:meth:`_request_class`), and blocking and nonblocking calls
+        #: take only a choice safe at every size (:meth:`decide`)
+        self.sizes_vary = self.pinned is not None and not self.by_weights
         self.decide()
 
     def decide(self) -> None:
@@ -321,7 +323,7 @@ class AutoDispatch:
         self.apply_verdicts()
         family = self._family
         seconds = family.seconds
-        if self.requests_agree and self.native_allowed:  # its calls run the pinned class's choice at any size
+        if self.sizes_vary and self.native_allowed:  # its calls run the pinned class's choice at any size
             seconds = model.safe_at_every_size(seconds, ("blocking", "nonblocking"))
         self.table = model.decide(seconds, self.native_allowed)
         built = {name: s for name, s in seconds.items() if family.built(name)}
@@ -362,8 +364,8 @@ class AutoDispatch:
 
     def _pinned_form(self, form: str) -> bool:
         """Whether every call of ``form`` runs the pinned class (a persistent request agrees its own
-        where :attr:`requests_agree`)."""
-        return self.pinned is not None and not (form == "persistent" and self.requests_agree)
+        where :attr:`sizes_vary`)."""
+        return self.pinned is not None and not (form == "persistent" and self.sizes_vary)
 
     def on_decision(self, announce, owner) -> None:
         """Have ``announce()`` called after every later decision of the tables (a wrapper puts the
@@ -530,7 +532,7 @@ class AutoDispatch:
             return seconds / native if native else 1.0 if seconds == native else math.copysign(math.inf, seconds)
         best = min((n for n in predicted if n != model.NATIVE), key=predicted.get, default=None)
         unsafe, unsafe_ratio = (model.first_unsafe_class(family.seconds, best, form)
-                                if best and self._pinned_form(form) and self.requests_agree else (None, None))
+                                if best and self._pinned_form(form) and self.sizes_vary else (None, None))
         if not self.native_allowed:
             why = (f"the library's own call is excluded ({self._family.fault or 'a fault on another rank'}); "
                    f"{winner} is the fastest other candidate")
@@ -761,7 +763,7 @@ class AutoDispatch:
         A rank whose arguments the parse refuses raises its error after the allreduce, and every
         other rank a ValueError saying so (the library's init raises on that rank alone and returns
         on the others, which then went on; here they would wait in the allreduce for good)."""
-        if not self.requests_agree:
+        if not self.sizes_vary:
             return self._size_class(sendbuf, recvbuf)
         local, refused = local_class_or_refusal(self._comm_runtime, self.collective, sendbuf, recvbuf)
         vector = numpy.array([local, refused is not None], dtype="i8")

@@ -185,8 +185,8 @@ class CommRuntime:
             if dispatch is not None:
                 explained = dispatch.explain(form, block_bytes)
             elif form == "nonblocking":
-                fault = local_nonblocking_library_fault(self.topology, library_name())
-                explained = explain_undecided(plan, block_bytes, "native" if fault is None else "direct")
+                explained = explain_undecided(plan, block_bytes,
+                                              "native" if self._library_runs_undecided_calls() else "direct")
             else:
                 raise RuntimeError(
                     f"plan_stats({collective!r}): 'auto' decides at the first call of Neighbor_{collective} "
@@ -333,9 +333,14 @@ class CommRuntime:
         rank knows alone (:func:`~sparsecoll.model.choice.local_nonblocking_library_fault`).
         ``direct`` is built without a transformation that runs a protocol (``coloring``, which
         orders sends and changes no data), so its first call agrees on nothing."""
-        if local_nonblocking_library_fault(self.topology, library_name()) is None:
+        if self._library_runs_undecided_calls():
             return library_method
         return self.local_direct(plan, collective)
+
+    def _library_runs_undecided_calls(self) -> bool:
+        """Whether the library's own nonblocking call is what an auto plan's nonblocking calls run
+        before a decision (:meth:`before_decision`): not where every rank knows alone that it fails."""
+        return local_nonblocking_library_fault(self.topology, library_name()) is None
 
     def local_direct(self, plan: Plan, collective: str):
         """A nonblocking call of ``direct`` with ``plan``'s options less the transformations that
