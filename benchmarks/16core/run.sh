@@ -5,15 +5,15 @@
 # (mpich/, ompi/, common/: mpi4py, platformdirs, greenlet, pymetis) on top of the machine's own
 # Python 3.12 packages (numpy, scipy, rich, matplotlib), and runs sparsecoll from src/.
 # usage: sh benchmarks/16core/run.sh BUDGET_SECONDS [GROUP...]   (matrices in .devdata/)
-# groups, in this order by default: hello calibrate callpath auto few duel dag cg rma sc12 rtr hier
+# groups, in this order by default: hello calibrate callpath auto few duel pinned dag cg rma sc12 rtr hier
 # settings: CALIBRATE_NPS (2 8 16), KEEP_PROFILES, AUTO_NPS (8 16), AUTO_LIBS (mpich ompi: the auto group), AUTO_REPS (150),
-# CG_NP (16), CG_REPEAT (3), RES (the results folder, benchmarks/16core)
+# CG_NP (16), CG_REPEAT (3), RES (the results folder, benchmarks/16core); a matrix may be gzipped (.devdata/NAME.mtx.gz)
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 BUDGET=${1:-500}
 [ $# -gt 0 ] && shift
-WANTED=${*:-hello calibrate callpath auto few duel dag cg rma sc12 rtr hier}
+WANTED=${*:-hello calibrate callpath auto few duel pinned dag cg rma sc12 rtr hier}
 CALIBRATE_NPS=${CALIBRATE_NPS:-2 8 16}
 AUTO_NPS=${AUTO_NPS:-8 16}
 AUTO_REPS=${AUTO_REPS:-150}
@@ -86,6 +86,12 @@ if wanted duel; then for lib in mpich ompi; do   # the library against direct al
         --topology stencil:d=2,n=3,f=-1 --topology moore:D=2,R=1 --collective allgather --collective alltoall \
         --algorithms native,direct,cartesian --mode blocking,persistent --reps $AUTO_REPS --out "$RES/duel-$N-np8"
 done; fi
+if wanted pinned; then for lib in $AUTO_LIBS; do   # a pinned collective (alltoallv) at other sizes than it was
+    N=$(name_of $lib)   # chosen at: the 27-point stencil, persistent requests of 8 B and 64 KiB in one program
+    step "$N-pinned-np8" 90 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/sparsecoll bench --np 8 \
+        --topology stencil:d=3,n=3,f=-1 --collective alltoallv --algorithms native,direct,auto --sizes 8,4096,65536 \
+        --mode blocking,persistent --reps $AUTO_REPS --out "$RES/pinned-$N-np8"
+done; fi
 if wanted dag; then for np in 8 16; do   # SC12: DAG against steps
     for lib in mpich ompi; do N=$(name_of $lib)
         step "$N-dag-np$np" 90 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/sparsecoll bench --np $np --reps 100 --mode persistent \
@@ -97,7 +103,7 @@ if wanted cg; then for lib in mpich ompi; do   # CG, three matrices, METIS parti
     for m in bcsstk13 bcsstk21 1138_bus; do
         for flag in "" --persistent; do
             step "$(name_of $lib)-cg-np$CG_NP-$m${flag:+-persistent}" 40 env SPARSECOLL_PROFILE=$(profile_of $lib) $ROOT_OK /tmp/v-$lib/bin/mpiexec -n $CG_NP \
-                /tmp/v-$lib/bin/python examples/cg.py --matrix .devdata/$m.mtx --repeat $CG_REPEAT $flag
+                /tmp/v-$lib/bin/python examples/cg.py --matrix "$(ls .devdata/$m.mtx*)" --repeat $CG_REPEAT $flag
         done
     done
 done; fi
