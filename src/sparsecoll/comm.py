@@ -379,16 +379,25 @@ class NeighborhoodMixin(GlobalCollectivesMixin):
         if calls is None:
             calls = self.__dict__["_sc_calls"] = {}
         runtime = self._sc_attach()
+        refused = None  # a call the weights contradict (cdag_exact_byte_communications)
         if self._sc_plan.persistence.exact_bytes and sendbuf is not None:
-            runtime.exact_bytes_check(collective)(sendbuf, recvbuf)  # before the set-up's own messages
+            try:
+                runtime.exact_bytes_check(collective)(sendbuf, recvbuf)  # before the set-up's own messages
+            except Exception as exc:  # noqa: BLE001 (auto's decision raises it on every rank, below)
+                refused = exc
         if not self._sc_plan.auto:
+            if refused is not None:
+                raise refused
             call = calls[collective] = runtime.call_plan(self._sc_plan, collective)
             return call
         library = self._sc_auto_library(collective)
         if form == "nonblocking" and not runtime.decided_flag(self._sc_plan, collective)[0]:
+            if refused is not None:  # local: the library's call would have raised here alone too
+                raise refused
             method = runtime.before_decision(self._sc_plan, collective, library["nonblocking"])
             return self._sc_library_until_decided(collective, method)
-        call = calls[collective] = runtime.auto_dispatch(self._sc_plan, collective, library, sendbuf, recvbuf)
+        call = calls[collective] = runtime.auto_dispatch(self._sc_plan, collective, library, sendbuf, recvbuf,
+                                                         refused)
         self._sc_install_auto_methods(collective, call, library)
         wrapper = weakref.ref(self)
 

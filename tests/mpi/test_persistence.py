@@ -270,6 +270,22 @@ def test_exact_bytes_calls_that_contradict_the_weights_raise(uniform, algorithm,
     _no_message_left(comm)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("form", ["blocking", "persistent"])
+def test_exact_bytes_a_first_auto_call_one_rank_contradicts_raises_on_every_rank(uniform, form):
+    """auto decides at a collective's first blocking call or init, in one allreduce. A first call
+    whose bytes the last rank's weights contradicted raised there before that allreduce, and every
+    other rank waited in it for good. Now that rank raises its error naming the argument, every
+    other rank one saying so; the next call, good on every rank, decides and gives the right data."""
+    comm = sparsecoll.wrap(uniform, "auto", info={EXACT_BYTES: "true"})
+    dtype = "f4" if RANK == SIZE - 1 else "f8"  # 4-byte blocks against the weights' 8 on the last rank
+    method = comm.Neighbor_alltoall if form == "blocking" else comm.Neighbor_alltoall_init
+    with pytest.raises(ValueError, match=EXACT_BYTES if RANK == SIZE - 1 else "another rank"):
+        method(numpy.ones(2, dtype), numpy.zeros(2, dtype))
+    _alltoall(comm)
+    _no_message_left(comm)
+
+
 def test_exact_bytes_checks_the_allgather_family(uniform):
     comm = sparsecoll.wrap(uniform, "direct", info={EXACT_BYTES: "true"})
     _allgather(comm)

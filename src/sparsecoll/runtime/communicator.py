@@ -307,15 +307,17 @@ class CommRuntime:
         return check
 
     # -- auto ------------------------------------------------------------------------------------
-    def auto_dispatch(self, plan: Plan, collective: str, native_methods: dict, sendbuf, recvbuf) -> AutoDispatch:
+    def auto_dispatch(self, plan: Plan, collective: str, native_methods: dict, sendbuf, recvbuf,
+                      refused: Exception | None = None) -> AutoDispatch:
         """The dispatch of an auto plan's ``collective`` (made collectively at its first call, from
-        that call's arguments)."""
+        that call's arguments). ``refused``: this call's error where the weights contradict it
+        (``cdag_exact_byte_communications``), raised on every rank after the decision's allreduce
+        when this call makes it, else here, on this rank alone, as the library's call would."""
         key = (plan.key, plan.rebind, collective)
         dispatch = self._dispatches.get(key)
         if dispatch is None:
             model = self._family_model(plan, family_of(collective))
             by_weights = plan.persistence.exact_bytes
-            refused = None
             if by_weights:  # the weights are every call's bytes (checked per call)
                 nbytes = levels.weight_bytes(self.topology)
                 local = UNKNOWN if nbytes is None else size_class(nbytes)
@@ -324,6 +326,8 @@ class CommRuntime:
             dispatch = self._dispatches[key] = AutoDispatch(self, plan, collective, model, native_methods, local,
                                                             by_weights, refused)
             self.decided_flag(plan, collective)[0] = True
+        elif refused is not None:
+            raise refused
         return dispatch
 
     def before_decision(self, plan: Plan, collective: str, library_method):
