@@ -459,17 +459,26 @@ def parse_w(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
         if None in indices:
             raise TypeError(f"{arg}: displacements must be integers (bytes), got {displs!r}")
         displs = indices
-    if isinstance(datatypes, (MPI.Datatype, str)):
-        datatypes = (datatypes,) * blocks
+    if isinstance(datatypes, (MPI.Datatype, str)):  # mpi4py refuses one for all blocks: so does the library's call
+        raise TypeError(f"{arg}: expected a sequence of MPI datatypes, one per block, got one "
+                        f"{type(datatypes).__name__}")
     datatypes = _per_neighbor(datatypes, blocks, arg, "datatypes", "MPI datatypes")
     checked = {}  # a datatype object repeated across blocks is checked once
     types = tuple(checked[id(t)] if id(t) in checked
-                  else checked.setdefault(id(t), as_datatype(t, f"{arg}: datatypes[{i}]"))
+                  else checked.setdefault(id(t), _w_datatype(t, f"{arg}: datatypes[{i}]"))
                   for i, t in enumerate(datatypes))
     result = Blocks(address, counts, displs, types)
     if not bottom:
         _check_bounds(result, nbytes, arg)
     return result
+
+
+def _w_datatype(obj, arg: str) -> MPI.Datatype:
+    """A datatype of a w form's list, which must be an ``MPI.Datatype`` (:func:`as_datatype`): mpi4py
+    takes no typecode string there, so the library's call would refuse what sparsecoll's took."""
+    if isinstance(obj, str):
+        raise TypeError(f"{arg}: expected an MPI.Datatype (the w forms take no typecode strings), got {obj!r}")
+    return as_datatype(obj, arg)
 
 
 def check_regular_blocks(send: Blocks, recv: Blocks, collective: str) -> None:

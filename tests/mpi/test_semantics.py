@@ -413,6 +413,26 @@ def test_a_datatype_of_another_layout_made_where_a_freed_one_was(ring, algorithm
         recv[:] = 0
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "common_neighbor", "auto"])
+def test_a_w_form_takes_a_list_of_datatype_objects_as_mpi4py_does(ring, algorithm):
+    """mpi4py's ``Neighbor_alltoallw`` takes the datatypes as a sequence of ``MPI.Datatype``
+    objects: one datatype for every block, or typecode strings, it refuses. sparsecoll's parse
+    took both, so a program ran under ``direct`` and raised where ``auto`` ran the library's call
+    (or at another size). Each raises a TypeError naming the argument, as the library's call
+    does, on every rank before any message; a good call then runs."""
+    comm = sparsecoll.wrap(ring, algorithm)
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    send, recv = numpy.arange(2.0) + 10 * rank, numpy.zeros(2)
+    layout = [[1, 1], [0, 8]]
+    for datatypes, match in ((MPI.DOUBLE, "one Datatype"), ("d", "one str"), (["d", "d"], "no typecode strings")):
+        with pytest.raises((TypeError, ValueError)):  # the library's call refuses them too
+            ring.Neighbor_alltoallw([send, *layout, datatypes], [recv, *layout, [MPI.DOUBLE] * 2])
+        with pytest.raises(TypeError, match=f"sendbuf: .*{match}"):
+            comm.Neighbor_alltoallw([send, *layout, datatypes], [recv, *layout, [MPI.DOUBLE] * 2])
+    comm.Neighbor_alltoallw([send, *layout, [MPI.DOUBLE] * 2], [recv, *layout, [MPI.DOUBLE] * 2])
+    assert recv.tolist() == [10 * ((rank - 1) % size) + 1, 10 * ((rank + 1) % size)]
+
+
 @pytest.mark.parametrize("executor", ["steps", "rma", "rma_canary"])
 def test_persistent_restarts_pick_up_new_contents(ring, executor):
     rank = WORLD.Get_rank()
