@@ -164,6 +164,21 @@ def test_a_spec_with_numpy_integer_displacements_has_a_signature():
     assert signature != call_signature([send, (counts, [0, 2, 4]), MPI.INT], [recv, (counts, [0, 2, 5]), MPI.INT])
 
 
+def test_a_list_of_counts_is_pinned_only_when_every_entry_is_an_integer():
+    """Counts and displacements are signed at C speed through ``__index__`` (8-byte integers), as
+    the parse reads them: a float among them (which the parse refuses), or an int past 64 bits,
+    leaves the spec without a signature, so it is parsed (and refused) on every call."""
+    send = numpy.zeros(8, "i4")
+    assert call_signature([send, [1, 2], MPI.INT], send) is not None
+    assert call_signature([send, [1, numpy.uint8(2)], MPI.INT], send) == call_signature([send, [1, 2], MPI.INT], send)
+    assert call_signature([send, [1, 2.0], MPI.INT], send) is None
+    assert call_signature([send, [1, numpy.float64(2)], MPI.INT], send) is None
+    assert call_signature([send, ([1, 1], [0, 2 ** 70]), MPI.INT], send) == call_signature(
+        [send, ([1, 1], [0, 2 ** 70]), MPI.INT], send)  # by value, entry by entry
+    assert call_signature([send, ([1, 1], [0, 2 ** 70]), MPI.INT], send) != call_signature(
+        [send, ([1, 1], [0, 2 ** 70 + 1]), MPI.INT], send)
+
+
 def test_counts_in_a_numpy_object_array_are_not_pinned_by_its_bytes():
     """An object array's bytes are pointers to its entries, not their values: displacements
     kept in one (``numpy.array(..., dtype=object)``, which mpi4py reads as ints) and set anew

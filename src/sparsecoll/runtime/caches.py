@@ -15,6 +15,7 @@ Nothing here decides what goes on the wire: a hit and a miss give the same messa
 
 from __future__ import annotations
 
+import array
 import weakref
 from collections import OrderedDict
 from operator import attrgetter
@@ -222,9 +223,12 @@ def _value_signature(spec, depth: int):
     if kind is list or kind is tuple:
         if depth == 3:
             return _UNPINNED
+        if not spec or type(spec[0]) in _INTEGERS:  # counts or displacements (numpy integers too: a
+            try:  # listed cumsum), read at C speed through __index__, as the parse reads them (a w
+                return (kind, _int64_array(_INT64, spec).tobytes())  # call's four lists of 8 went
+            except (TypeError, OverflowError):  # through this function 58 times: 8 us a call)
+                pass  # not all integers: entry by entry below
         kinds = set(map(type, spec))
-        if kinds <= _INT_ONLY:  # counts or displacements, read at C speed (a w call's four lists
-            return (kind, tuple(spec))  # of 8 went through this function 58 times: 8 us a call)
         if kinds == _DATATYPE_ONLY:
             handles = tuple(map(_handle_of, spec))
             if _PREDEFINED_HANDLES.issuperset(handles):  # predefined types, each met before
@@ -253,5 +257,7 @@ def _value_signature(spec, depth: int):
 
 _PREDEFINED_HANDLES: set = set()  # handles of the predefined datatypes met so far
 _Datatype = MPI.Datatype
-_INT_ONLY, _DATATYPE_ONLY = {int, bool}, {_Datatype}
+_DATATYPE_ONLY = {_Datatype}
+_INTEGERS = frozenset({int, bool} | {numpy.dtype(code).type for code in numpy.typecodes["AllInteger"]})
+_int64_array, _INT64 = array.array, "q"  # 8-byte signed: what array.array takes through __index__
 _handle_of = attrgetter("handle")
