@@ -223,11 +223,14 @@ def _value_signature(spec, depth: int):
     if kind is list or kind is tuple:
         if depth == 3:
             return _UNPINNED
-        if not spec or type(spec[0]) in _INTEGERS:  # counts or displacements (numpy integers too: a
-            try:  # listed cumsum), read at C speed through __index__, as the parse reads them (a w
-                return (kind, _int64_array(_INT64, spec).tobytes())  # call's four lists of 8 went
-            except (TypeError, OverflowError):  # through this function 58 times: 8 us a call)
-                pass  # not all integers: entry by entry below
+        if not spec or type(spec[0]) in _INTEGERS:
+            # counts or displacements (numpy integers too: a listed cumsum), read at C speed through
+            # __index__ as the parse reads them (a w call's four lists of 8 went through this
+            # function 58 times: 8 us a call); a list with anything else is read entry by entry
+            try:
+                return (kind, _int64_array(_INT64, spec).tobytes())
+            except (TypeError, OverflowError):
+                pass
         kinds = set(map(type, spec))
         if kinds == _DATATYPE_ONLY:
             handles = tuple(map(_handle_of, spec))
