@@ -23,11 +23,12 @@ Every error is a ValueError or TypeError naming the argument.
 
 from __future__ import annotations
 
-import operator
 import sys
 from dataclasses import dataclass, replace
 
 from mpi4py import MPI
+
+from .checks import mpi_index
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,18 +226,8 @@ def _buffer(obj, readonly: bool, arg: str):
     return buf, buf.address, buf.nbytes
 
 
-def _as_index(value):
-    """``value`` as mpi4py reads a count or displacement, or None where it reads none: through
-    ``__index__`` (``operator.index``), so ints, bools, numpy integers, 0-d integer arrays and any
-    object with ``__index__`` are taken, and floats, numpy bools and longer arrays are not."""
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
-
-
 def _index(value, arg: str, what: str) -> int:
-    index = _as_index(value)
+    index = mpi_index(value)
     if index is None:
         raise TypeError(f"{arg}: {what} must be an integer, got {value!r}")
     if index < 0:
@@ -400,7 +391,7 @@ def parse_vector(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
                 raise ValueError(f"{arg}: buffer length {nbytes} is not a multiple of the datatype extent {extent}")
             total = nbytes // extent
         counts = tuple(total // blocks + (total % blocks > i) for i in range(blocks)) if blocks else ()
-    elif _as_index(counts) is not None:
+    elif mpi_index(counts) is not None:
         counts = (_index(counts, arg, "count"),) * blocks
     else:
         counts = _int_list(counts, blocks, arg, "counts")
@@ -410,7 +401,7 @@ def parse_vector(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
             out.append(acc)
             acc += c
         displs = tuple(out)
-    elif _as_index(displs) is not None:
+    elif mpi_index(displs) is not None:
         stride = _index(displs, arg, "displacement")
         displs = tuple(stride * i for i in range(blocks))
     else:
@@ -455,7 +446,7 @@ def parse_w(spec, blocks: int, *, readonly: bool, arg: str) -> Blocks:
     else:
         counts = _int_list(counts, blocks, arg, "counts")
         displs = _per_neighbor(displs, blocks, arg, "displacements", "integers")
-        indices = tuple(map(_as_index, displs))
+        indices = tuple(map(mpi_index, displs))
         if None in indices:
             raise TypeError(f"{arg}: displacements must be integers (bytes), got {displs!r}")
         displs = indices

@@ -1,19 +1,33 @@
 """Argument checks shared by sparsecoll's entry points.
 
-Python counts ``True`` and ``False`` as integers; an MPI argument that takes a count, a
-rank or a size does not, so every integer check here excludes bools. numpy integers are
-accepted wherever Python integers are.
+Python counts ``True`` and ``False`` as integers; sparsecoll's own arguments that take a count,
+a rank or a size do not, so :func:`is_integer` and the checks built on it exclude bools. numpy
+integers are accepted wherever Python integers are. The arguments of an MPI call that sparsecoll
+runs in mpi4py's place (counts, displacements, roots) are read as mpi4py reads them instead:
+through ``__index__`` (:func:`mpi_index`).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from numbers import Integral, Real
 
 
 def is_integer(value) -> bool:
     """Whether ``value`` is a Python or numpy integer (bools are not)."""
     return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def mpi_index(value) -> int | None:
+    """``value`` as mpi4py reads a count, displacement or root of an MPI call, or None where it
+    reads none: through ``__index__`` (``operator.index``), so ints, bools, numpy integers, 0-d
+    integer arrays and any object with ``__index__`` are taken, and floats, numpy bools and longer
+    arrays are not."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def _integer_from(value, arg: str, low: int, what: str) -> int:

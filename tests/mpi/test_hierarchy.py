@@ -1152,6 +1152,29 @@ def test_lowercase_object_collectives(comm):
     assert comm.hierarchy_stats()["calls"] > calls  # they ran on the hierarchical collectives
 
 
+def test_roots_and_recvcounts_are_read_as_mpi4py_reads_them(comm):
+    """mpi4py reads a root or a count through ``__index__``: a numpy integer, a 0-d integer array
+    and a bool are taken. The hierarchical collectives refused bools and 0-d arrays (a ValueError
+    naming ``root`` or ``recvcounts``) where the library's call ran; now the data is the library's."""
+    last = numpy.array(SIZE - 1)  # a 0-d integer array
+    data = numpy.arange(4, dtype="i8") + 10 * RANK
+    got, expected = data.copy(), data.copy()
+    comm.Bcast(got, root=last)
+    WORLD.Bcast(expected, root=SIZE - 1)
+    assert got.tolist() == expected.tolist()
+    send = numpy.arange(SIZE, dtype="i8") + RANK
+    got, expected = numpy.zeros(1, "i8"), numpy.zeros(1, "i8")
+    comm.Reduce_scatter(send, got, [True] * SIZE)
+    WORLD.Reduce_scatter(send, expected, [1] * SIZE)
+    assert got.tolist() == expected.tolist()
+    got, expected = numpy.zeros(4, "i8"), numpy.zeros(4, "i8")
+    comm.Reduce(data, got, MPI.SUM, root=False)
+    WORLD.Reduce(data, expected, MPI.SUM, root=0)
+    assert got.tolist() == expected.tolist()
+    assert comm.bcast("x" if RANK == SIZE - 1 else None, root=numpy.int32(SIZE - 1)) == "x"
+    assert comm.gather(RANK, root=last) == (list(range(SIZE)) if RANK == SIZE - 1 else None)
+
+
 def test_lowercase_bad_arguments_raise_before_any_message(comm):
     calls = comm.hierarchy_stats()["calls"]
     with pytest.raises(ValueError, match=f"sendobj: {SIZE + 1} objects, but the communicator has {SIZE} ranks"):

@@ -60,7 +60,7 @@ import numpy
 from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, parse_vector, reject_in_place
-from ..checks import is_integer, reduction_op
+from ..checks import mpi_index, reduction_op
 from ..execute.p2p import take_errhandler
 from . import leaders
 from .copying import (
@@ -318,9 +318,10 @@ class Hierarchy:
             raise
 
     def _check_root(self, root) -> int:
-        if not is_integer(root) or not 0 <= root < self.size:
+        index = mpi_index(root)  # as mpi4py reads it
+        if index is None or not 0 <= index < self.size:
             raise ValueError(f"root: expected a rank in [0, {self.size}), got {root!r}")
-        return int(root)
+        return index
 
     def _root_node(self, root: int) -> int:
         return self.layout.node_of[root]
@@ -730,9 +731,9 @@ class Hierarchy:
             counts = list(recvcounts)
         except TypeError:
             raise TypeError(f"recvcounts: expected a sequence of {self.size} integers") from None
-        if len(counts) != self.size or not all(is_integer(c) and c >= 0 for c in counts):
+        counts = [mpi_index(c) for c in counts]  # as mpi4py reads them
+        if len(counts) != self.size or not all(c is not None and c >= 0 for c in counts):
             raise ValueError(f"recvcounts: expected {self.size} non-negative integers, got {recvcounts!r}")
-        counts = [int(c) for c in counts]
         expected = sum(counts) if in_place else counts[self.rank]
         if target.counts[0] != expected:
             raise ValueError(f"recvbuf: holds {target.counts[0]} elements, expected {expected} "

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy
 from mpi4py import MPI
 
-from ..checks import is_integer
+from ..checks import mpi_index
 from .offsets import exclusive_sum
 
 BYTE = MPI.BYTE
@@ -135,11 +135,12 @@ def _sequence(obj, size: int, arg: str) -> list:
 
 
 def _root(comm, root) -> int:
-    if not is_integer(root):
+    index = mpi_index(root)  # as mpi4py reads it
+    if index is None:
         raise TypeError(f"root: expected a rank number, got {root!r}")
-    if not 0 <= int(root) < comm.Get_size():
+    if not 0 <= index < comm.Get_size():
         raise ValueError(f"root: {root} is not a rank of this communicator (size {comm.Get_size()})")
-    return int(root)
+    return index
 
 
 def _op(op):

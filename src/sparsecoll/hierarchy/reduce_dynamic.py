@@ -83,7 +83,7 @@ import numpy
 from mpi4py import MPI
 
 from ..buffers import is_in_place, parse_simple, predefined_leaves, reject_in_place, span
-from ..checks import MAX_COUNT, is_integer, reduction_op, tag_upper_bound
+from ..checks import MAX_COUNT, mpi_index, reduction_op, tag_upper_bound
 from .copying import at_origin, check_one_datatype, check_op_defined, is_contiguous, laid_out
 from .node import ALIGNMENT, NodeLayout, SharedWindow
 
@@ -190,9 +190,10 @@ class DynamicReduce:
         root). A non-commutative op, or data past MPI's int, runs the fixed-order reduction; returns
         what that returns, else True."""
         size = self.wire.Get_size()
-        if not is_integer(root) or not 0 <= root < size:
+        index = mpi_index(root)  # as mpi4py reads it
+        if index is None or not 0 <= index < size:
             raise ValueError(f"root: expected an integer in [0, {size}), got {root!r}")
-        root = int(root)
+        root = index
         reduction_op(op)
         is_root = self.rank == root
         in_place = is_in_place(sendbuf)
