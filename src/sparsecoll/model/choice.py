@@ -103,6 +103,11 @@ def size_class(nbytes: int) -> int:
     return min(int(nbytes).bit_length(), CLASSES - 1)
 
 
+def class_range(size_class: int) -> str:
+    """The block sizes of ``size_class`` (:func:`size_class`) in words."""
+    return "0 B" if size_class == 0 else f"{2 ** (size_class - 1)}-{2 ** size_class - 1} B"
+
+
 #: The block size each class is predicted at: the geometric middle of its range.
 CLASS_BYTES = numpy.array([0.0] + [2.0 ** (k - 1) * math.sqrt(2.0) for k in range(1, CLASSES)])
 

@@ -543,7 +543,7 @@ class AutoDispatch:
                    f"it runs" + (f" (best here: {best}, {to_native(best):.2f} x)" if best else ""))
         elif winner == model.NATIVE and unsafe is not None and to_native(best) <= model.NATIVE_MARGIN:
             why = (f"pinned: {best} is predicted at {to_native(best):.2f} x native's time at this class, but "
-                   f"{unsafe_ratio:.2f} x with blocks of {class_range(unsafe)}, over the "
+                   f"{unsafe_ratio:.2f} x with blocks of {model.class_range(unsafe)}, over the "
                    f"{model.PINNED_ALLOWANCE} x a pinned collective's choice may cost at any size")
         elif winner == model.NATIVE:
             why = (f"no candidate is predicted at most {model.NATIVE_MARGIN} x native's time"
@@ -847,11 +847,6 @@ class PendingCheck:
         if self.verdict is not None:
             return self.POSTED
         return self.FREED if self.freed else self.RUNNING
-
-
-def class_range(size_class: int) -> str:
-    """The block sizes of ``size_class`` in words (:func:`sparsecoll.model.choice.size_class`)."""
-    return "0 B" if size_class == 0 else f"{2 ** (size_class - 1)}-{2 ** size_class - 1} B"
 
 
 def explain_undecided(plan, block_bytes: int, runs: str) -> dict:

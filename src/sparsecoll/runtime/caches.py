@@ -203,8 +203,8 @@ def _argument_signature(spec):
     return _UNPINNED
 
 
-def _array_identity(array: numpy.ndarray) -> tuple:
-    return (id(array), array.dtype, array.shape, array.strides, array.flags.writeable)
+def _array_identity(arr: numpy.ndarray) -> tuple:
+    return (id(arr), arr.dtype, arr.shape, arr.strides, arr.flags.writeable)
 
 
 def _value_signature(spec, depth: int):
@@ -227,8 +227,8 @@ def _value_signature(spec, depth: int):
             # counts or displacements (numpy integers too: a listed cumsum), read at C speed through
             # __index__ as the parse reads them (a w call's four lists of 8 went through this
             # function 58 times: 8 us a call); a list with anything else is read entry by entry
-            try:
-                return (kind, _int64_array(_INT64, spec).tobytes())
+            try:  # "q": 8-byte signed integers, each read through __index__
+                return (kind, array.array("q", spec).tobytes())
             except (TypeError, OverflowError):
                 pass
         kinds = set(map(type, spec))
@@ -262,5 +262,4 @@ _PREDEFINED_HANDLES: set = set()  # handles of the predefined datatypes met so f
 _Datatype = MPI.Datatype
 _DATATYPE_ONLY = {_Datatype}
 _INTEGERS = frozenset({int, bool} | {numpy.dtype(code).type for code in numpy.typecodes["AllInteger"]})
-_int64_array, _INT64 = array.array, "q"  # 8-byte signed: what array.array takes through __index__
 _handle_of = attrgetter("handle")
